@@ -1,0 +1,62 @@
+"""The environment fingerprint stored with every run: what a comparison must hold equal."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_DISTRIBUTED", "TP_", "OMP_NUM_THREADS", "USE_LIBUV")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def relevant_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
+def controller_environment() -> dict[str, Any]:
+    """Facts the controller knows without touching a GPU."""
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": [],
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "gloo": bool(torch.distributed.is_gloo_available()),
+        "env": relevant_env(),
+        "executable": sys.executable,
+    }
+
+
+def rank_environment(backend: str, device: Any) -> dict[str, Any]:
+    """Facts only a rank can see: the GPU it drives and the NCCL it loaded."""
+    import torch
+
+    info: dict[str, Any] = {"backend": backend, "device": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info["gpu"] = props.name
+        info["gpu_memory_bytes"] = int(props.total_memory)
+        try:
+            info["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - a version string is best effort
+            info["nccl"] = None
+    return info

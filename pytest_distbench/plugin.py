@@ -1,0 +1,215 @@
+"""pytest hooks: options, parametrization, dispatch of distbench tests to rank worlds, output."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import settings as settings_module
+from .session import DistbenchSession, RankLocal
+from .wire import RANK_FIXTURES
+
+SESSION_KEY = pytest.StashKey[DistbenchSession]()
+SKIP_REASON = "distbench benchmark: run with --distbench"
+WORLD_SIZE_ARG = "distbench_world_size"
+BACKEND_ARG = "distbench_backend"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
+    group.addoption("--distbench", action="store_true", default=False,
+                    help="run distbench benchmarks (without it they are skipped)")
+    group.addoption("--distbench-json", metavar="PATH", default=None,
+                    help="write every benchmark's parameters, environment, summaries and raw "
+                         "samples to PATH (atomic write)")
+    settings_module.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "distbench(**settings): a distributed benchmark run in every rank of a world; keywords "
+        "world_size, backend, tensor_size, dtype, warmup, iterations, budget, timeout, "
+        "threshold override the command line and ini for this test",
+    )
+    if not config.getoption("distbench"):
+        return
+    settings_module.resolve(config)  # a bad option stops the run here, naming the option
+    session = DistbenchSession()
+    config.stash[SESSION_KEY] = session
+    atexit.register(session.close)
+    from .world import warm_up_forkserver
+
+    warm_up_forkserver()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.close()
+
+
+def is_distbench(node: Any) -> bool:
+    return node.get_closest_marker("distbench") is not None or "distbench" in getattr(
+        node, "fixturenames", ()
+    )
+
+
+def _marker_settings(config: pytest.Config, definition: Any) -> settings_module.Settings:
+    marker = definition.get_closest_marker("distbench")
+    try:
+        return settings_module.resolve(
+            config, marker.kwargs if marker else {}, where=f" on {definition.name}"
+        )
+    except pytest.UsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _backend_unavailable(backend: str, world_size: int) -> str | None:
+    import torch
+    import torch.distributed as dist
+
+    if backend == "gloo" and not dist.is_gloo_available():
+        return "backend gloo is not built into this torch"
+    if backend == "mpi" and not dist.is_mpi_available():
+        return "backend mpi is not built into this torch"
+    if backend == "nccl":
+        if not dist.is_nccl_available() or not torch.cuda.is_available():
+            return "backend nccl needs CUDA: no GPU is visible"
+        if torch.cuda.device_count() < world_size:
+            return (f"backend nccl: world size {world_size} needs one GPU per rank, "
+                    f"{torch.cuda.device_count()} visible")
+    return None
+
+
+def _user_parametrizes(definition: Any, name: str) -> bool:
+    for mark in definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    config = metafunc.config
+    if not config.getoption("distbench") or not is_distbench(metafunc.definition):
+        return
+    resolved = _marker_settings(config, metafunc.definition)
+    # The world coordinates are parameters, not fixtures the body asks for: add them to the
+    # closure so pytest accepts the direct parametrization and puts them in the test id.
+    for name in (BACKEND_ARG, WORLD_SIZE_ARG):
+        if name not in metafunc.fixturenames:
+            metafunc.fixturenames.append(name)
+    backends = []
+    for backend in resolved.backend:
+        reasons = {
+            ws: _backend_unavailable(backend, ws) for ws in resolved.world_size
+        }
+        if all(reasons.values()):
+            backends.append(pytest.param(backend, id=backend, marks=pytest.mark.skip(
+                reason=next(iter(reasons.values())))))
+        else:
+            backends.append(pytest.param(backend, id=backend))
+    metafunc.parametrize(BACKEND_ARG, backends)
+    metafunc.parametrize(WORLD_SIZE_ARG, resolved.world_size,
+                         ids=[f"ws{n}" for n in resolved.world_size])
+    if "nbytes" in metafunc.fixturenames and not _user_parametrizes(metafunc.definition,
+                                                                      "nbytes"):
+        from .units import size_id
+
+        metafunc.parametrize("nbytes", resolved.tensor_size,
+                             ids=[size_id(n) for n in resolved.tensor_size])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("distbench"):
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if is_distbench(item):
+            item.add_marker(skip)
+
+
+def _rank_local_fixture(name: str) -> Any:
+    def fixture() -> RankLocal:
+        return RankLocal(name)
+
+    fixture.__doc__ = f"distbench: `{name}` inside each rank of the test's world."
+    return pytest.fixture(name=name)(fixture)
+
+
+# pytest finds fixtures by module attribute; each rank-local name gets a placeholder here.
+for _name in RANK_FIXTURES:
+    globals()[f"_fixture_{_name}"] = _rank_local_fixture(_name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    session = pyfuncitem.config.stash.get(SESSION_KEY, None)
+    if session is None or not is_distbench(pyfuncitem):
+        return None
+    from .world import WorldKey
+
+    params = pyfuncitem.callspec.params
+    backend = params[BACKEND_ARG]
+    resolved = _marker_settings(pyfuncitem.config, pyfuncitem)
+    device_type = "cuda" if backend == "nccl" else "cpu"
+    key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type)
+    reason = _backend_unavailable(backend, key.world_size)
+    if reason:
+        pytest.skip(reason)
+    session.run_item(pyfuncitem, resolved, key)
+    return True
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not session.records:
+        return
+    from .table import LEGEND, render_tables
+
+    tr = terminalreporter
+    tr.section("distbench results")
+    tr.line(LEGEND)
+    tr.line("")
+    tr.line(render_tables(session.records))
+    if session.world_starts:
+        starts = ", ".join(f"{key} {seconds:.2f} s" for key, seconds in session.world_starts)
+        tr.line("")
+        tr.line(f"worlds started: {starts}")
+    for line in session.notes:
+        tr.line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    distbench = session.config.stash.get(SESSION_KEY, None)
+    if distbench is None:
+        return
+    distbench.close()
+    path = session.config.getoption("distbench_json")
+    if path and distbench.records:
+        _write_results(session.config, distbench, Path(path))
+
+
+def _write_results(config: pytest.Config, distbench: DistbenchSession, path: Path) -> None:
+    from . import storage
+    from .environment import controller_environment
+
+    environment = controller_environment()
+    environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
+    document = storage.make_document(distbench.records, environment, list(sys.argv))
+    existed = path.exists()
+    try:
+        storage.write_document(document, path, overwrite=True)
+    except (OSError, storage.ResultsFileError) as exc:
+        distbench.notes.append(f"distbench: could not write --distbench-json {path}: {exc}")
+        return
+    verb = "replaced" if existed else "wrote"
+    distbench.notes.append(f"distbench: {verb} results file {path}")

@@ -1,0 +1,242 @@
+"""The worker side: the loop a rank process runs for the lifetime of its world.
+
+A rank joins the world's process group once, then runs test bodies on request. It never
+outlives the controller: it dies with its parent (the forkserver, which exits with the
+controller), and a lifeline pipe whose end only the controller holds kills it on EOF.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
+
+_PR_SET_PDEATHSIG = 1
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+
+
+def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
+    """Entry point of a rank process (started by the controller through the forkserver)."""
+    _redirect_output(spec.capture_path)
+    _die_with_controller(lifeline)
+    try:
+        rank = _Rank(spec)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(4)
+    conn.send(RankReady(rank=spec.rank, pid=os.getpid(), info=rank.info()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if isinstance(message, Shutdown):
+            rank.close(message.timeout_s)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        conn.send(rank.run(message))
+
+
+def _redirect_output(path: str) -> None:
+    # Ranks write to a per-rank file that the controller reads back per test; the
+    # terminal stays the controller's.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+
+
+def _die_with_controller(lifeline: Connection) -> None:
+    # Ctrl-C belongs to the controller, which tears worlds down in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def watch() -> None:
+        try:
+            lifeline.recv()
+        except (EOFError, OSError):
+            pass
+        os._exit(3)
+
+    threading.Thread(target=watch, name="distbench-lifeline", daemon=True).start()
+
+
+class _Rank:
+    def __init__(self, spec: RankSpec) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.spec = spec
+        timeout = timedelta(seconds=spec.timeout_s)
+        self.base_store = dist.TCPStore(
+            spec.store_host, spec.store_port, is_master=False, timeout=timeout
+        )
+        if spec.device_type == "cuda":
+            self.device = torch.device("cuda", spec.rank % max(torch.cuda.device_count(), 1))
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        dist.init_process_group(
+            spec.backend,
+            store=dist.PrefixStore(spec.store_prefix + "pg/", self.base_store),
+            rank=spec.rank,
+            world_size=spec.world_size,
+            timeout=timeout,
+        )
+        self.group = dist.group.WORLD
+        # Barriers and calibration go through gloo on the host whatever backend is measured.
+        self.control = self.group if spec.backend == "gloo" else dist.new_group(backend="gloo")
+        self.tests_run = 0
+        self.rpc_name: str | None = None
+
+    def info(self) -> dict[str, Any]:
+        from .environment import rank_environment
+
+        return rank_environment(self.spec.backend, self.device)
+
+    def run(self, task: RunTest) -> TestOutcome:
+        from _pytest.outcomes import Skipped
+
+        self.tests_run += 1
+        try:
+            function = _resolve(task)
+            kwargs = dict(task.kwargs)
+            distbench = None
+            for name in task.rank_fixtures:
+                kwargs[name] = self._fixture(name, task)
+                if name == "distbench":
+                    distbench = kwargs[name]
+            if distbench is None:
+                distbench = self._distbench(task)
+            function(**kwargs)
+        except Skipped as exc:
+            return TestOutcome(rank=self.spec.rank, status="skipped", message=str(exc.msg))
+        except BaseException:
+            return TestOutcome(
+                rank=self.spec.rank, status="failed", message=_format_exception(task)
+            )
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return TestOutcome(
+            rank=self.spec.rank, status="passed", measurements=distbench.measurements
+        )
+
+    def _distbench(self, task: RunTest) -> Any:
+        from .measure import Distbench
+
+        return Distbench(
+            rank=self.spec.rank,
+            world_size=self.spec.world_size,
+            backend=self.spec.backend,
+            device=self.device,
+            group=self.group,
+            control_group=self.control,
+            settings=task.settings,
+        )
+
+    def _fixture(self, name: str, task: RunTest) -> Any:
+        import torch.distributed as dist
+
+        if name == "distbench":
+            return self._distbench(task)
+        if name == "rank":
+            return self.spec.rank
+        if name == "world_size":
+            return self.spec.world_size
+        if name == "device":
+            return self.device
+        if name == "process_group":
+            return self.group
+        if name == "tcp_store":
+            # A fresh key space per test, so tests in one world cannot see each other's keys.
+            prefix = f"{self.spec.store_prefix}user/{self.tests_run}/"
+            return dist.PrefixStore(prefix, self.base_store)
+        if name == "rpc_agent":
+            return self._rpc_agent()
+        raise LookupError(f"unknown rank-local fixture {name!r}")
+
+    def _rpc_agent(self) -> Any:
+        from .rpc import RpcContext, start_rpc
+
+        if self.rpc_name is None:
+            self.rpc_name = start_rpc(
+                self.base_store,
+                f"{self.spec.store_prefix}rpc/",
+                self.spec.rank,
+                self.spec.world_size,
+                self.spec.timeout_s,
+            )
+        return RpcContext(
+            name=self.rpc_name,
+            rank=self.spec.rank,
+            world_size=self.spec.world_size,
+            worker_names=[f"worker{r}" for r in range(self.spec.world_size)],
+        )
+
+    def close(self, timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        if self.rpc_name is not None:
+            from .rpc import stop_rpc
+
+            stop_rpc(timeout_s)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _resolve(task: RunTest) -> Any:
+    """Find the test function in this process, importing its module the way pytest did."""
+    for entry in reversed(task.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    module = sys.modules.get(task.module_name)
+    if module is None or getattr(module, "__file__", None) != task.module_file:
+        try:
+            module = importlib.import_module(task.module_name)
+        except ImportError:
+            module = None
+        if module is None or getattr(module, "__file__", None) != task.module_file:
+            spec = importlib.util.spec_from_file_location(task.module_name, task.module_file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import {task.module_file}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[task.module_name] = module
+            spec.loader.exec_module(module)
+    target: Any = module
+    parts = task.qualname.split(".")
+    for i, part in enumerate(parts):
+        target = getattr(target, part)
+        if isinstance(target, type) and i < len(parts) - 1:
+            target = target()  # a test class: pytest calls methods on a fresh instance
+    return target
+
+
+def _format_exception(task: RunTest) -> str:
+    exc_type, exc, tb = sys.exc_info()
+    # Drop the harness frames so the report starts at the user's test body.
+    frames = traceback.extract_tb(tb)
+    keep = [i for i, f in enumerate(frames) if f.filename == task.module_file]
+    start = keep[0] if keep else 0
+    lines = traceback.format_list(frames[start:])
+    lines += traceback.format_exception_only(exc_type, exc)
+    return "".join(lines)

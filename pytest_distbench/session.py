@@ -1,0 +1,264 @@
+"""The controller side of a run: the rendezvous store, the pool of worlds, and the results."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import stats
+from .settings import Settings
+from .wire import RANK_FIXTURES, Measurement, MeasureSettings, RunTest
+from .world import RunResult, World, WorldKey, WorldStartError, describe_exit, prefix_output
+
+# Idle worlds are kept for reuse; past this many ranks the least recently used go first.
+MAX_LIVE_RANKS = 32
+START_TIMEOUT_S = 120.0
+
+
+class RankLocal:
+    """Controller-side stand-in for a fixture whose value exists only inside a rank."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: provided inside each rank>"
+
+
+class DistbenchSession:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.worlds: dict[WorldKey, World] = {}
+        self.world_starts: list[tuple[str, float]] = []
+        self.notes: list[str] = []
+        self._store: Any = None
+        self._capture_dir: Path | None = None
+        self._worlds_started = 0
+
+    # -- worlds -------------------------------------------------------------------------------
+
+    def world(self, key: WorldKey, timeout_s: float) -> World:
+        world = self.worlds.pop(key, None)
+        if world is not None and world.alive():
+            self.worlds[key] = world  # re-insert: dict order is the LRU order
+            return world
+        if world is not None:
+            world.kill()
+        self._make_room(key.world_size)
+        store = self._rendezvous_store()
+        self._worlds_started += 1
+        world = World(
+            key,
+            store_host="127.0.0.1",
+            store_port=store.port,
+            store_prefix=f"world{self._worlds_started}/",
+            capture_dir=self._captures(),
+            timeout_s=timeout_s,
+        )
+        world.start(START_TIMEOUT_S)
+        self.world_starts.append((str(key), world.start_s))
+        self.worlds[key] = world
+        return world
+
+    def retire(self, world: World) -> None:
+        world.kill()
+        if self.worlds.get(world.key) is world:
+            del self.worlds[world.key]
+
+    def _make_room(self, ranks: int) -> None:
+        while self.worlds and sum(w.key.world_size for w in self.worlds.values()) + ranks > (
+            MAX_LIVE_RANKS
+        ):
+            oldest = next(iter(self.worlds))
+            self.worlds.pop(oldest).stop()
+
+    def _rendezvous_store(self) -> Any:
+        if self._store is None:
+            import torch.distributed as dist
+
+            # Port 0: the kernel picks a free port, so parallel sessions never collide.
+            self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        return self._store
+
+    def _captures(self) -> Path:
+        if self._capture_dir is None:
+            self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
+        return self._capture_dir
+
+    def close(self) -> None:
+        """Stop every world; kill what does not stop. Safe to call more than once."""
+        for world in list(self.worlds.values()):
+            world.stop(timeout_s=5.0)
+        self.worlds.clear()
+        self._store = None
+        if self._capture_dir is not None:
+            shutil.rmtree(self._capture_dir, ignore_errors=True)
+            self._capture_dir = None
+
+    # -- tests --------------------------------------------------------------------------------
+
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey) -> None:
+        task = _task_for(item, settings)
+        try:
+            world = self.world(key, settings.timeout)
+        except WorldStartError as exc:
+            pytest.fail(f"could not start the world: {exc}", pytrace=False)
+        result = world.run(task, settings.timeout)
+        if not result.clean:
+            self.retire(world)
+        shown = prefix_output(result.output)
+        if shown:
+            item.add_report_section("call", "ranks", shown)
+        _raise_for_problems(result, settings.timeout)
+        statuses = {o.status for o in result.outcomes.values()}
+        if "skipped" in statuses:
+            reasons = sorted({o.message for o in result.outcomes.values() if o.message})
+            pytest.skip("; ".join(reasons) or "skipped in a rank")
+        records = build_records(item, key, result, settings)
+        self.records.extend(records)
+        wrong = sum(r["wrong"] or 0 for r in records)
+        if wrong:
+            pytest.fail(
+                f"{wrong} wrong element(s) in the checked result "
+                f"({', '.join(r['id'] for r in records if r['wrong'])}): "
+                "a collective that computes the wrong answer is a failure, not a fast number",
+                pytrace=False,
+            )
+
+
+def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
+    kwargs: dict[str, Any] = {}
+    rank_fixtures = []
+    for name in item._fixtureinfo.argnames:
+        value = item.funcargs[name]
+        if name in RANK_FIXTURES and isinstance(value, RankLocal):
+            rank_fixtures.append(name)
+            continue
+        try:
+            pickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+            pytest.fail(
+                f"argument {name!r} cannot be sent to the ranks ({type(exc).__name__}: {exc}); "
+                "parametrize and fixture values of a distbench test must be picklable",
+                pytrace=False,
+            )
+        kwargs[name] = value
+    module = item.module
+    return RunTest(
+        nodeid=item.nodeid,
+        module_name=module.__name__,
+        module_file=str(module.__file__),
+        qualname=item.function.__qualname__,
+        kwargs=kwargs,
+        rank_fixtures=tuple(rank_fixtures),
+        settings=MeasureSettings(
+            warmup=settings.warmup,
+            iterations=settings.iterations,
+            min_iterations=settings.min_iterations,
+            max_iterations=settings.max_iterations,
+            budget_s=settings.budget,
+            dtype=settings.dtype,
+        ),
+        sys_path=tuple(p for p in sys.path if isinstance(p, str)),
+    )
+
+
+def _raise_for_problems(result: RunResult, timeout_s: float) -> None:
+    parts = []
+    for r, code in sorted(result.died.items()):
+        parts.append(f"rank {r} died during the test: {describe_exit(code)}")
+    for r, outcome in sorted(result.outcomes.items()):
+        if outcome.status == "failed":
+            body = "\n".join(f"[rank {r}] {line}" for line in outcome.message.splitlines())
+            parts.append(f"rank {r} raised:\n{body}")
+    if result.hung:
+        lines = [
+            f"timed out after {timeout_s:g} s (--distbench-timeout): ranks {result.hung} did not "
+            "finish; the world was killed and will be rebuilt. Stacks of the live ranks:"
+        ]
+        for r, stack in sorted(result.stacks.items()):
+            lines.append(f"--- rank {r} ---")
+            lines.extend(f"[rank {r}] {line}" for line in stack.splitlines())
+        parts.append("\n".join(lines))
+    if result.released and parts:
+        parts.append(
+            f"ranks {result.released} were still running after that and were stopped; "
+            "the world will be rebuilt"
+        )
+    if parts:
+        pytest.fail("\n\n".join(parts), pytrace=False)
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return repr(value)
+
+
+def build_records(
+    item: pytest.Function, key: WorldKey, result: RunResult, settings: Settings
+) -> list[dict[str, Any]]:
+    """Merge what every rank measured into one record per measure() call."""
+    per_rank = [result.outcomes[r].measurements for r in range(key.world_size)]
+    shapes = {tuple((m.name, len(m.samples)) for m in ms) for ms in per_rank}
+    if len(shapes) != 1:
+        pytest.fail(
+            "the ranks made different distbench.measure() calls (names and iteration counts "
+            f"per rank: {[[(m.name, len(m.samples)) for m in ms] for ms in per_rank]}); "
+            "every rank must measure the same things",
+            pytrace=False,
+        )
+    params = {
+        k: _json_safe(v)
+        for k, v in getattr(item, "callspec", None).params.items()
+        if not k.startswith("distbench_")
+    } if hasattr(item, "callspec") else {}
+    marker = item.get_closest_marker("distbench")
+    threshold = settings.threshold if marker and "threshold" in marker.kwargs else None
+    records = []
+    for index, first in enumerate(per_rank[0]):
+        ms: list[Measurement] = [per_rank[r][index] for r in range(key.world_size)]
+        rank_samples = [m.samples for m in ms]
+        samples = stats.per_iteration_max(rank_samples)
+        summary = stats.summarize(samples)
+        algbw = stats.algbw_gbps(first.nbytes, summary.p50) if first.nbytes else None
+        wrong = None if first.wrong is None else sum(m.wrong or 0 for m in ms)
+        records.append(
+            {
+                "id": item.nodeid + (f"::{first.name}" if first.name else ""),
+                "name": item.name + (f"::{first.name}" if first.name else ""),
+                "family": first.family or item.originalname,
+                "backend": key.backend,
+                "world_size": key.world_size,
+                "device": key.device_type,
+                "params": params,
+                "nbytes": first.nbytes,
+                "count": first.count,
+                "dtype": first.dtype,
+                "busbw_factor": first.busbw_factor,
+                "warmup": first.warmup,
+                "iterations": len(samples),
+                "samples": samples,
+                "rank_samples": rank_samples,
+                "summary": summary.as_dict(),
+                "algbw_gbps": algbw,
+                "busbw_gbps": None if algbw is None else stats.busbw_gbps(
+                    algbw, first.busbw_factor),
+                "wrong": wrong,
+                "skew": stats.rank_skew(rank_samples),
+                "stalls": stats.stall_count(samples),
+                "threshold": threshold,
+            }
+        )
+    return records

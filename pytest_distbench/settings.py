@@ -1,0 +1,160 @@
+"""Every distbench setting, and the one place that resolves marker > CLI > ini > default."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from . import units
+
+BACKENDS = ("gloo", "nccl", "mpi")
+DTYPES = {
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+    "float64": "float64",
+    "double": "float64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "int64": "int64",
+}
+
+
+def _backends(text: str) -> list[str]:
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ValueError(f"invalid backend {text!r}: expected one of {', '.join(BACKENDS)}")
+    for name in names:
+        if name not in BACKENDS:
+            raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(BACKENDS)}")
+    return list(dict.fromkeys(names))
+
+
+def _dtype(text: str) -> str:
+    name = text.strip().lower().removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {text!r}: expected one of {', '.join(sorted(DTYPES))}")
+    return DTYPES[name]
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"invalid count {text!r}: expected an integer") from None
+        if value < minimum:
+            raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def _optional_count(text: str) -> int | None:
+    return None if text.strip().lower() in ("", "auto") else _count(1)(text)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # attribute of Settings and keyword of the marker
+    option: str  # command line flag
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+
+    @property
+    def ini(self) -> str:
+        return "distbench_" + self.name
+
+
+SETTINGS = (
+    Setting("world_size", "--world-size", "2", lambda t: units.parse_positive_int_list(
+        t, "world size"), "world sizes to run, e.g. 8 or 2,4,8"),
+    Setting("backend", "--backend", "gloo", _backends,
+            "process-group backends: gloo, nccl, mpi, or a list"),
+    Setting("tensor_size", "--tensor-size", "4B:64MiB:x4", units.parse_size_list,
+            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4)"),
+    Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors"),
+    Setting("warmup", "--distbench-warmup", "5", _count(0), "untimed warm-up iterations"),
+    Setting("iterations", "--distbench-iterations", "auto", _optional_count,
+            "timed iterations per point; 'auto' calibrates to --distbench-budget"),
+    Setting("min_iterations", "--distbench-min-iterations", "30", _count(1),
+            "fewest timed iterations when calibrating"),
+    Setting("max_iterations", "--distbench-max-iterations", "10000", _count(1),
+            "most timed iterations when calibrating"),
+    Setting("budget", "--distbench-budget", "0.25s", units.parse_duration,
+            "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
+    Setting("timeout", "--distbench-timeout", "300s", units.parse_duration,
+            "per-test timeout: a rank that has not answered by then is reported as hung"),
+    Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
+            "smallest slowdown that counts as a regression, e.g. 5%"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    world_size: list[int]
+    backend: list[str]
+    tensor_size: list[int]
+    dtype: str
+    warmup: int
+    iterations: int | None
+    min_iterations: int
+    max_iterations: int
+    budget: float
+    timeout: float
+    threshold: float
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
+    for s in SETTINGS:
+        group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
+                        help=f"{s.help} (default: {s.default}; ini: {s.ini})")
+        parser.addini(s.ini, help=s.help, default=None)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
+            where: str = "") -> Settings:
+    """Resolve every setting; raise pytest.UsageError naming the source of a bad value."""
+    marker = dict(marker or {})
+    unknown = sorted(set(marker) - set(_BY_NAME))
+    if unknown:
+        raise pytest.UsageError(
+            f"@pytest.mark.distbench{where}: unknown argument(s) {', '.join(unknown)}; "
+            f"known: {', '.join(_BY_NAME)}"
+        )
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        if s.name in marker:
+            text, source = _as_text(marker[s.name]), f"@pytest.mark.distbench({s.name}=...){where}"
+        elif config.getoption("distbench_" + s.name) is not None:
+            text, source = config.getoption("distbench_" + s.name), s.option
+        elif config.getini(s.ini) not in (None, "", []):
+            text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
+        else:
+            text, source = s.default, f"default of {s.option}"
+        try:
+            values[s.name] = s.parse(text)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{source}: {exc}") from None
+    settings = Settings(**values)
+    if settings.min_iterations > settings.max_iterations:
+        raise pytest.UsageError(
+            f"--distbench-min-iterations ({settings.min_iterations}) is larger than "
+            f"--distbench-max-iterations ({settings.max_iterations})"
+        )
+    return settings

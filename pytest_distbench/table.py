@@ -1,0 +1,67 @@
+"""End-of-session result tables in the style of nccl-tests: one per (family, backend, world)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tabulate import tabulate
+
+from . import units
+
+
+def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
+    return (record["family"], record["backend"], record["world_size"], record["device"])
+
+
+def render_tables(records: Iterable[dict[str, Any]]) -> str:
+    groups: dict[tuple[str, str, int, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(_group_key(record), []).append(record)
+    blocks = []
+    for (family, backend, world_size, device), rows in groups.items():
+        rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
+        title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
+        blocks.append(title + "\n" + _render_group(rows))
+    return "\n\n".join(blocks)
+
+
+def _render_group(rows: list[dict[str, Any]]) -> str:
+    with_bytes = [r for r in rows if r["nbytes"] is not None]
+    table = []
+    for r in rows:
+        s = r["summary"]
+        table.append(
+            [
+                units.format_size(r["nbytes"]) if r["nbytes"] is not None else "-",
+                r["count"] if r["count"] is not None else "-",
+                r["dtype"] or "-",
+                units.format_duration_us(s["p50"]),
+                units.format_duration_us(s["p95"]),
+                _gbps(r["algbw_gbps"]),
+                _gbps(r["busbw_gbps"]),
+                r["wrong"] if r["wrong"] is not None else "N/A",
+                f"{r['skew']:.2f}x",
+                f"{r['stalls']}/{r['iterations']}",
+            ]
+        )
+    headers = [
+        "size", "count", "type", "p50 (us)", "p95 (us)", "algbw (GB/s)", "busbw (GB/s)",
+        "#wrong", "skew", "stalls",
+    ]
+    text = tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=("right",) * len(headers))
+    if with_bytes:
+        average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
+        text += f"\n# Avg bus bandwidth: {average:.3f} GB/s (decimal, from p50)"
+    return text
+
+
+def _gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+LEGEND = (
+    "times are per iteration, slowest rank per iteration; GB/s = 1e9 bytes/s; "
+    "skew = slowest rank p50 / median rank p50; stalls = iterations slower than 5x p50"
+)

@@ -1,0 +1,307 @@
+"""Worker management: starting, driving and tearing down one world of rank processes.
+
+Ranks are forked by a multiprocessing forkserver that imported torch once, so a world of 8
+starts in a fraction of a second instead of 8 interpreters importing torch. The forkserver
+never touches CUDA, so forking from it is safe for the nccl path too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from . import rank as rank_module
+from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
+
+_PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.rank",
+            "pytest_distbench.measure"]
+# After one rank fails, how long the others get to finish before they are released (killed).
+FAILURE_GRACE_S = 2.0
+STACK_DUMP_WAIT_S = 0.5
+
+
+def forkserver_context() -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def warm_up_forkserver() -> None:
+    """Start the forkserver now so its torch import overlaps the controller's collection."""
+    from multiprocessing import forkserver
+
+    forkserver_context()
+    forkserver.ensure_running()
+
+
+@dataclass(frozen=True)
+class WorldKey:
+    world_size: int
+    backend: str
+    device_type: str
+
+    def __str__(self) -> str:
+        return f"{self.backend} ws{self.world_size} {self.device_type}"
+
+
+class WorldStartError(Exception):
+    pass
+
+
+@dataclass
+class RunResult:
+    """What became of one test in every rank."""
+
+    outcomes: dict[int, TestOutcome] = field(default_factory=dict)
+    died: dict[int, int | None] = field(default_factory=dict)  # rank -> exit code
+    hung: list[int] = field(default_factory=list)  # silent at the deadline
+    released: list[int] = field(default_factory=list)  # killed after another rank failed
+    stacks: dict[int, str] = field(default_factory=dict)
+    output: dict[int, str] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Every rank answered and none failed: the world can be reused."""
+        return (
+            not self.died
+            and not self.hung
+            and not self.released
+            and all(o.status != "failed" for o in self.outcomes.values())
+        )
+
+
+class World:
+    def __init__(
+        self,
+        key: WorldKey,
+        *,
+        store_host: str,
+        store_port: int,
+        store_prefix: str,
+        capture_dir: Path,
+        timeout_s: float,
+    ) -> None:
+        self.key = key
+        self.store_host = store_host
+        self.store_port = store_port
+        self.store_prefix = store_prefix
+        self.capture_paths = [
+            capture_dir / f"{store_prefix.strip('/').replace('/', '-')}-rank{r}.log"
+            for r in range(key.world_size)
+        ]
+        self.timeout_s = timeout_s
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.conns: list[Connection] = []
+        self._lifelines: list[Connection] = []
+        self.info: dict[int, dict] = {}
+        self.busy = False
+        self.start_s = 0.0
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self, start_timeout_s: float) -> None:
+        began = time.perf_counter()
+        ctx = forkserver_context()
+        for r in range(self.key.world_size):
+            spec = RankSpec(
+                rank=r,
+                world_size=self.key.world_size,
+                backend=self.key.backend,
+                device_type=self.key.device_type,
+                store_host=self.store_host,
+                store_port=self.store_port,
+                store_prefix=self.store_prefix,
+                capture_path=str(self.capture_paths[r]),
+                timeout_s=self.timeout_s,
+            )
+            conn, child_conn = ctx.Pipe(duplex=True)
+            lifeline_read, lifeline_write = ctx.Pipe(duplex=False)
+            process = ctx.Process(
+                target=rank_module.main,
+                args=(spec, child_conn, lifeline_read),
+                name=f"distbench-{self.key.backend}-ws{self.key.world_size}-rank{r}",
+                daemon=True,
+            )
+            process.start()
+            child_conn.close()
+            lifeline_read.close()
+            self.processes.append(process)
+            self.conns.append(conn)
+            self._lifelines.append(lifeline_write)
+        pending = set(range(self.key.world_size))
+        deadline = time.monotonic() + start_timeout_s
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise WorldStartError(
+                    f"world {self.key}: ranks {sorted(pending)} not ready after "
+                    f"{start_timeout_s:.0f} s\n{self._all_output()}"
+                )
+            for r in self._ready(pending, remaining):
+                message = self._receive(r)
+                if not isinstance(message, RankReady):
+                    code = self.processes[r].exitcode
+                    self.kill()
+                    raise WorldStartError(
+                        f"world {self.key}: rank {r} failed to start ({describe_exit(code)})\n"
+                        f"{self._all_output()}"
+                    )
+                self.info[r] = message.info
+                pending.discard(r)
+        self.start_s = time.perf_counter() - began
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Shut down in order (RPC, process group), then make sure nothing is left."""
+        if self.alive() and not self.busy:
+            for conn in self.conns:
+                try:
+                    conn.send(Shutdown(timeout_s=timeout_s))
+                except OSError:
+                    pass
+            deadline = time.monotonic() + timeout_s
+            for process in self.processes:
+                process.join(max(0.0, deadline - time.monotonic()))
+        self.kill()
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.exitcode is None:
+                try:
+                    os.kill(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, TypeError):
+                    pass
+        for process in self.processes:
+            process.join(5.0)
+        for conn in self.conns + self._lifelines:
+            conn.close()
+        self.processes, self.conns, self._lifelines = [], [], []
+
+    def alive(self) -> bool:
+        return bool(self.processes) and all(p.exitcode is None for p in self.processes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes if p.pid is not None]
+
+    # -- running a test ---------------------------------------------------------------------
+
+    def run(self, task: RunTest, timeout_s: float) -> RunResult:
+        marks = [self._size(p) for p in self.capture_paths]
+        result = RunResult()
+        began = time.monotonic()
+        self.busy = True
+        for conn in self.conns:
+            conn.send(task)
+        pending = set(range(self.key.world_size))
+        deadline = began + timeout_s
+        grace_deadline: float | None = None
+        while pending:
+            limit = deadline if grace_deadline is None else min(deadline, grace_deadline)
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                break
+            for r in self._ready(pending, remaining):
+                message = self._receive(r)
+                pending.discard(r)
+                if isinstance(message, TestOutcome):
+                    result.outcomes[r] = message
+                    failed = message.status != "passed"
+                else:
+                    result.died[r] = self.processes[r].exitcode
+                    failed = True
+                if failed and grace_deadline is None:
+                    grace_deadline = time.monotonic() + FAILURE_GRACE_S
+        result.elapsed_s = time.monotonic() - began
+        if pending:
+            if grace_deadline is not None and time.monotonic() < deadline:
+                result.released = sorted(pending)
+            else:
+                result.hung = sorted(pending)
+                result.stacks = self._dump_stacks(sorted(pending), marks)
+        result.output = {
+            r: self._read_from(path, marks[r]) for r, path in enumerate(self.capture_paths)
+        }
+        self.busy = False
+        return result
+
+    def _ready(self, pending: set[int], timeout: float) -> list[int]:
+        """Block (no polling) until a pending rank answers or dies; return those ranks."""
+        waitables: dict[object, int] = {}
+        for r in pending:
+            waitables[self.conns[r]] = r
+            waitables[self.processes[r].sentinel] = r
+        ready = wait(list(waitables), timeout)
+        return sorted({waitables[obj] for obj in ready})
+
+    def _receive(self, r: int) -> object:
+        """The rank's message, or None if it died without one."""
+        conn = self.conns[r]
+        try:
+            if conn.poll():
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        self.processes[r].join(1.0)
+        return None
+
+    def _dump_stacks(self, ranks: list[int], marks: list[int]) -> dict[int, str]:
+        for r in ranks:
+            try:
+                os.kill(self.processes[r].pid, rank_module.STACK_DUMP_SIGNAL)
+            except ProcessLookupError:
+                pass
+        time.sleep(STACK_DUMP_WAIT_S)  # faulthandler writes from the signal handler
+        stacks = {}
+        for r in ranks:
+            text = self._read_from(self.capture_paths[r], marks[r])
+            found = [i for i in (text.find("Thread 0x"), text.find("Current thread")) if i >= 0]
+            stacks[r] = text[min(found):] if found else "(no stack dump: the rank did not respond)"
+        return stacks
+
+    # -- captured output --------------------------------------------------------------------
+
+    @staticmethod
+    def _size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    @staticmethod
+    def _read_from(path: Path, offset: int) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _all_output(self) -> str:
+        return prefix_output({r: self._read_from(p, 0) for r, p in enumerate(self.capture_paths)})
+
+
+def prefix_output(output: dict[int, str]) -> str:
+    lines = []
+    for r in sorted(output):
+        for line in output[r].splitlines():
+            lines.append(f"[rank {r}] {line}")
+    return "\n".join(lines)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exited with code {code}"
