@@ -107,6 +107,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in (BACKEND_ARG, WORLD_SIZE_ARG):
         if name not in metafunc.fixturenames:
             metafunc.fixturenames.append(name)
+    empty = [n for n in settings_module.NARROWABLE if not getattr(resolved, n)]
+    if empty:
+        reason = (f"the command line selects no {', '.join(empty)} this test supports "
+                  "(see its @pytest.mark.distbench)")
+        metafunc.parametrize(BACKEND_ARG, [pytest.param(None, id="none",
+                                                        marks=pytest.mark.skip(reason=reason))])
+        metafunc.parametrize(WORLD_SIZE_ARG, [None], ids=["none"])
+        return
     backends = []
     for backend in resolved.backend:
         reasons = {

@@ -127,6 +127,22 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+NARROWABLE = ("world_size", "backend", "tensor_size")
+
+
+def _narrow(setting: Setting, marker_value: Any, cli_text: str, where: str) -> list[Any]:
+    try:
+        supported = setting.parse(_as_text(marker_value))
+    except ValueError as exc:
+        raise pytest.UsageError(
+            f"@pytest.mark.distbench({setting.name}=...){where}: {exc}") from None
+    try:
+        wanted = setting.parse(cli_text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{setting.option}: {exc}") from None
+    return [v for v in wanted if v in supported]
+
+
 def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             where: str = "") -> Settings:
     """Resolve every setting; raise pytest.UsageError naming the source of a bad value."""
@@ -139,10 +155,15 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
         )
     values: dict[str, Any] = {}
     for s in SETTINGS:
+        cli = config.getoption("distbench_" + s.name)
+        if s.name in marker and cli is not None and s.name in NARROWABLE:
+            # The marker says what the test supports, the command line what to run now.
+            values[s.name] = _narrow(s, marker[s.name], cli, where)
+            continue
         if s.name in marker:
             text, source = _as_text(marker[s.name]), f"@pytest.mark.distbench({s.name}=...){where}"
-        elif config.getoption("distbench_" + s.name) is not None:
-            text, source = config.getoption("distbench_" + s.name), s.option
+        elif cli is not None:
+            text, source = cli, s.option
         elif config.getini(s.ini) not in (None, "", []):
             text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
         else:

@@ -1,0 +1,61 @@
+"""Shared fixtures for the plugin's own tests.
+
+Every pytester run gets a unique tag in its environment; rank processes inherit it, so after
+each test any process still carrying the tag is a leak, whoever its parent is now.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+TAG_VARIABLE = "DISTBENCH_TEST_TAG"
+
+
+def processes_with_tag(tag: str) -> list[int]:
+    needle = f"{TAG_VARIABLE}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def leak_tag(monkeypatch: pytest.MonkeyPatch):
+    """Tag the environment of child pytest sessions; fail if a tagged process outlives the test."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(TAG_VARIABLE, tag)
+    yield tag
+    deadline = time.monotonic() + 10
+    left = processes_with_tag(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_with_tag(tag)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind by the session under test: {left}"
+
+
+@pytest.fixture
+def distbench_run(pytester: pytest.Pytester, leak_tag: str):
+    """Run a real pytest session in a subprocess with the plugin, real ranks and a leak check."""
+
+    def run(*args: str, timeout: float = 240) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+
+    return run

@@ -1,0 +1,107 @@
+"""Options, markers, ids and skipping, with real pytest sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+BENCH = """
+import pytest, torch, torch.distributed as dist
+
+@pytest.mark.distbench
+def test_sum(distbench, nbytes):
+    x = torch.zeros(max(nbytes // 4, 1))
+    distbench.measure(lambda: dist.all_reduce(x), nbytes=nbytes)
+
+def test_plain():
+    assert True
+"""
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--world-size=0", "--world-size: invalid world size '0'"),
+        ("--world-size=two", "--world-size: invalid world size"),
+        ("--backend=tcp", "--backend: unknown backend 'tcp'"),
+        ("--tensor-size=12QB", "--tensor-size: invalid size '12QB'"),
+        ("--distbench-timeout=-1s", "--distbench-timeout:"),
+        ("--distbench-dtype=float7", "--distbench-dtype: unknown dtype 'float7'"),
+    ],
+)
+def test_bad_option_is_a_usage_error_naming_it(pytester, option, message):
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest_subprocess("--distbench", option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_bad_ini_value_names_the_ini_key(pytester):
+    pytester.makeini("[pytest]\ndistbench_world_size = 0\n")
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest_subprocess("--distbench")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ini option distbench_world_size: invalid world size*"])
+
+
+def test_bad_marker_argument_fails_collection_naming_the_test(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.distbench(world_sise=2)
+        def test_typo(distbench):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("--distbench")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*@pytest.mark.distbench on test_typo: unknown argument(s) "
+                                 "world_sise*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_without_flag_benchmarks_skip_with_one_line_reason(pytester):
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest_subprocess("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert "distbench benchmark: run with --distbench" in result.stdout.str()
+
+
+def test_ids_sweep_and_marker_narrowing(pytester, leak_tag):
+    pytester.makepyfile(
+        BENCH
+        + """
+@pytest.mark.distbench(world_size=[2, 3], tensor_size="1KiB")
+def test_narrowed(distbench, nbytes):
+    assert distbench.world_size in (2, 3) and nbytes == 1024
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "--distbench", "--world-size=2,4", "--tensor-size=4B:64B:x4,1KiB",
+        "--distbench-iterations=3", "--distbench-warmup=1", "--collect-only", "-q",
+    )
+    listed = result.stdout.str()
+    for test_id in [
+        "test_sum[gloo-ws2-4B]",
+        "test_sum[gloo-ws2-16B]",
+        "test_sum[gloo-ws2-64B]",
+        "test_sum[gloo-ws2-1KiB]",
+        "test_sum[gloo-ws4-4B]",
+        "test_sum[gloo-ws4-1KiB]",
+        "test_narrowed[gloo-ws2-1KiB]",
+    ]:
+        assert f"::{test_id}\n" in listed, test_id
+    # The marker allows 2 and 3, the command line asks for 2 and 4: only 2 runs.
+    assert "test_narrowed[gloo-ws4" not in result.stdout.str()
+    assert "test_narrowed[gloo-ws3" not in result.stdout.str()
+
+
+def test_unavailable_backend_skips_with_reason(pytester, leak_tag):
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest_subprocess(
+        "--distbench", "--backend=nccl,mpi", "--tensor-size=4B", "-rs"
+    )
+    result.assert_outcomes(passed=1, skipped=2)
+    out = result.stdout.str()
+    assert "backend nccl needs CUDA: no GPU is visible" in out or "needs one GPU per rank" in out
+    assert "backend mpi is not built into this torch" in out
