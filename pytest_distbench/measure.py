@@ -55,7 +55,7 @@ class Distbench:
         check: Callable[[], int] | None = None,
         name: str | None = None,
     ) -> None:
-        """Time `fn()`; `nbytes` is what bandwidth is computed from, `check` counts wrong elements."""
+        """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements."""
         if nbytes is not None and nbytes < 0:
             raise ValueError(f"distbench.measure: nbytes must be >= 0, got {nbytes}")
         if any(m.name == name for m in self.measurements):

@@ -232,7 +232,10 @@ def build_records(
         rank_samples = [m.samples for m in ms]
         samples = stats.per_iteration_max(rank_samples)
         summary = stats.summarize(samples)
-        algbw = stats.algbw_gbps(first.nbytes, summary.p50) if first.nbytes else None
+        algbw = (
+            stats.algbw_gbps(first.nbytes, summary.p50)
+            if first.nbytes and summary.p50 > 0 else None
+        )
         wrong = None if first.wrong is None else sum(m.wrong or 0 for m in ms)
         records.append(
             {

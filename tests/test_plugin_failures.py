@@ -1,0 +1,189 @@
+"""Failure handling with real ranks: raise, hang, death by signal, skip, Ctrl-C.
+
+Each scenario is followed by a passing test in the same session, which proves the broken
+world was torn down and rebuilt. The leak_tag fixture fails any test that leaves a process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from leaks import processes_with_tag
+
+AFTER = """
+@pytest.mark.distbench
+def test_after(distbench):
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert x[0].item() == distbench.world_size
+"""
+
+
+def _durations(result: pytest.RunResult) -> dict[str, float]:
+    found = {}
+    for line in result.stdout.lines:
+        match = re.match(r"\s*([\d.]+)s call\s+\S+::(\S+)", line)
+        if match:
+            found[match.group(2)] = float(match.group(1))
+    return found
+
+
+def test_rank_raises_reports_that_rank_and_releases_the_others(pytester, distbench_run):
+    pytester.makepyfile(
+        textwrap.dedent("""
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_raises(distbench):
+            if distbench.rank == 1:
+                raise ValueError("boom from the second rank")
+            dist.barrier()  # rank 0 would wait here forever for rank 1
+        """)
+        + AFTER
+    )
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-timeout=60",
+                           "--durations=0", "-vv")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*rank 1 raised:*",
+        "*[[]rank 1[]] *raise ValueError(\"boom from the second rank\")*",
+        "*[[]rank 1[]] ValueError: boom from the second rank*",
+        "*ranks [[]0[]] were still running after that and were stopped*",
+    ])
+    # Released after the grace period, not after the 60 s timeout.
+    assert _durations(result)["test_raises[gloo-ws2]"] < 20
+
+
+def test_hang_times_out_with_stacks_and_world_is_rebuilt(pytester, distbench_run):
+    pytester.makepyfile(
+        textwrap.dedent("""
+        import time, pytest, torch, torch.distributed as dist
+
+        def wait_forever():
+            while True:
+                time.sleep(1)
+
+        @pytest.mark.distbench
+        def test_hangs(distbench):
+            if distbench.rank == 0:
+                wait_forever()
+            dist.barrier()
+        """)
+        + AFTER
+    )
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-timeout=4",
+                           "--durations=0")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*timed out after 4 s (--distbench-timeout): ranks [[]0, 1[]] did not finish*",
+        "*--- rank 0 ---*",
+        "*[[]rank 0[]] *in wait_forever*",
+        "*[[]rank 0[]] *in test_hangs*",
+        "*--- rank 1 ---*",
+        "*[[]rank 1[]] *in test_hangs*",
+    ])
+    assert _durations(result)["test_hangs[gloo-ws2]"] < 15
+
+
+def test_rank_killed_by_signal_is_detected_quickly(pytester, distbench_run):
+    pytester.makepyfile(
+        textwrap.dedent("""
+        import os, signal, pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_killed(distbench):
+            if distbench.rank == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.barrier()
+        """)
+        + AFTER
+    )
+    result = distbench_run("--distbench", "--world-size=3", "--distbench-timeout=120",
+                           "--durations=0")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*rank 2 died during the test: killed by SIGKILL (exit code -9)*",
+    ])
+    assert _durations(result)["test_killed[gloo-ws3]"] < 15
+
+
+def test_skip_inside_ranks_skips_the_test(pytester, distbench_run):
+    pytester.makepyfile(
+        textwrap.dedent("""
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_skips(distbench):
+            pytest.skip("needs a feature this machine lacks")
+        """)
+        + AFTER
+    )
+    result = distbench_run("--distbench", "--world-size=2", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs a feature this machine lacks*"])
+
+
+def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_run):
+    pytester.makepyfile(
+        textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.distbench
+        def test_prints(distbench):
+            print(f"hello from {distbench.rank}")
+            assert distbench.rank != 1, "rank one disagrees"
+        """)
+    )
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*[[]rank 1[]] AssertionError: rank one disagrees*",
+        "*Captured ranks call*",
+        "*[[]rank 0[]] hello from 0*",
+        "*[[]rank 1[]] hello from 1*",
+    ])
+
+
+def test_ctrl_c_leaves_no_rank_behind(pytester, leak_tag):
+    ready = pytester.path / "ready"
+    ready.mkdir()
+    pytester.makepyfile(
+        f"""
+        import os, time, pytest
+
+        @pytest.mark.distbench
+        def test_sleeps(distbench):
+            open(os.path.join({str(ready)!r}, str(os.getpid())), "w").close()
+            time.sleep(600)
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distbench",
+         "--world-size=4"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(ready)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        rank_pids = [int(name) for name in os.listdir(ready)]
+        assert len(rank_pids) == 4, process.stdout.read().decode() if process.poll() else ""
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert b"KeyboardInterrupt" in output
+    deadline = time.monotonic() + 10
+    while processes_with_tag(leak_tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in rank_pids if os.path.exists(f"/proc/{pid}")]
+    assert not alive, f"rank processes survived Ctrl-C: {alive}"
