@@ -6,12 +6,14 @@ rendezvous handler hands it a prefix of the store the controller already owns.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 _SCHEME = "distbench-store"
 _stores: dict[str, tuple[Any, int, int]] = {}
+_registered: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -25,17 +27,19 @@ class RpcContext:
 
 
 def _handler(url: str, timeout: timedelta = timedelta(seconds=300), **kwargs: Any):
-    key = url.split("://", 1)[1]
+    key = url.split("://", 1)[1].split("?", 1)[0]  # init_rpc appends ?rank=..
     yield _stores[key]
 
 
 def start_rpc(store: Any, prefix: str, rank: int, world_size: int, timeout_s: float) -> str:
     import torch.distributed as dist
     import torch.distributed.rpc as rpc
-    from torch.distributed import rendezvous
 
-    if _SCHEME not in rendezvous._rendezvous_handlers:
+    # The package re-exports a function named like the module; import the module itself.
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    if not _registered:
         rendezvous.register_rendezvous_handler(_SCHEME, _handler)
+        _registered.append(_SCHEME)
     _stores[prefix] = (dist.PrefixStore(prefix, store), rank, world_size)
     name = f"worker{rank}"
     options = rpc.TensorPipeRpcBackendOptions(
