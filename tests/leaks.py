@@ -21,3 +21,12 @@ def processes_with_tag(tag: str) -> list[int]:
         if needle in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def is_running(pid: int) -> bool:
+    """True for a live process; a zombie (dead, waiting to be reaped by init) is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

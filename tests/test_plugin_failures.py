@@ -15,7 +15,7 @@ import textwrap
 import time
 
 import pytest
-from leaks import processes_with_tag
+from leaks import is_running, processes_with_tag
 
 AFTER = """
 @pytest.mark.distbench
@@ -151,7 +151,8 @@ def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_
     ])
 
 
-def test_ctrl_c_leaves_no_rank_behind(pytester, leak_tag):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_tag, signum):
     ready = pytester.path / "ready"
     ready.mkdir()
     pytester.makepyfile(
@@ -175,15 +176,16 @@ def test_ctrl_c_leaves_no_rank_behind(pytester, leak_tag):
             time.sleep(0.2)
         rank_pids = [int(name) for name in os.listdir(ready)]
         assert len(rank_pids) == 4, process.stdout.read().decode() if process.poll() else ""
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert b"KeyboardInterrupt" in output
+    if signum == signal.SIGINT:
+        assert b"KeyboardInterrupt" in output
     deadline = time.monotonic() + 10
     while processes_with_tag(leak_tag) and time.monotonic() < deadline:
         time.sleep(0.2)
-    alive = [pid for pid in rank_pids if os.path.exists(f"/proc/{pid}")]
-    assert not alive, f"rank processes survived Ctrl-C: {alive}"
+    alive = [pid for pid in rank_pids if is_running(pid)]
+    assert not alive, f"rank processes survived {signum.name}: {alive}"
