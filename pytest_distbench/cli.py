@@ -1,0 +1,190 @@
+"""The ``pytest-distbench`` command: compare stored runs without starting any torch world.
+
+Exit status: 0 normally; 1 when --fail-on-regression finds a regression or --strict finds that
+the runs come from different environments; 2 for bad input (missing, damaged or foreign file,
+bad option), always as one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from pytest_distbench.report import FORMATS, render
+from pytest_distbench.storage import ResultsFileError, read_document
+from pytest_distbench.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, METRICS, compare_documents
+
+PROG = "pytest-distbench"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage block before its error; CI logs want the one line.
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _parse_fraction(text: str) -> float:
+    """'10%', '5 %', '0.1' -> 0.1, 0.05, 0.1.
+
+    A bare number of 1 or more is refused rather than guessed at: '10' is far more likely a
+    forgotten '%' than a 1000 % threshold.
+    """
+    raw = text.strip()
+    percent = raw.endswith("%")
+    number = raw[:-1].strip() if percent else raw
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid threshold {text!r}: expected a percentage like '10%' or a fraction like '0.1'"
+        ) from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: must be >= 0 and finite")
+    if percent:
+        return value / 100
+    if value >= 1:
+        raise argparse.ArgumentTypeError(
+            f"ambiguous threshold {text!r}: write '{number}%' for a percentage, "
+            "or a fraction below 1 such as '0.1'"
+        )
+    return value
+
+
+def _parse_alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"invalid alpha {text!r}: expected a number in (0, 1)")
+    return value
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog=PROG, description="Work with pytest-distbench results files.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    compare = commands.add_parser(
+        "compare",
+        help="compare two or more results files",
+        description=(
+            "Compare results files benchmark by benchmark (matched by id). With two files: "
+            "baseline then current. With more: every later file against the first."
+        ),
+    )
+    compare.add_argument("files", nargs="+", metavar="FILE", help="results files (.json)")
+    compare.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    compare.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="p50",
+        help="statistic shown as the change (verdicts always use p50 and the raw samples)",
+    )
+    compare.add_argument(
+        "--threshold",
+        type=_parse_fraction,
+        default=DEFAULT_THRESHOLD,
+        help="slowdown beyond which a significant change is a regression: '10%%' or '0.1' "
+        "(default 10%%; a benchmark's own threshold wins)",
+    )
+    compare.add_argument(
+        "--alpha",
+        type=_parse_alpha,
+        default=DEFAULT_ALPHA,
+        help="significance level of the Mann-Whitney U test (default %(default)s)",
+    )
+    compare.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 1 if any benchmark regressed"
+    )
+    compare.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat runs from different environments (torch, CPU, GPUs, ...) as an error",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "compare":
+        parser.print_usage(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _compare(args)
+    except BrokenPipeError:
+        # Output piped into `head` and friends: not an error worth a traceback.
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if len(args.files) < 2:
+        _error(f"compare needs at least two files, got {len(args.files)}")
+        return EXIT_USAGE
+    docs = []
+    for name in args.files:
+        try:
+            docs.append(read_document(name))
+        except ResultsFileError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
+
+    labels = _labels(args.files)
+    comparisons = [
+        compare_documents(
+            docs[0],
+            doc,
+            threshold=args.threshold,
+            metric=args.metric,
+            alpha=args.alpha,
+            baseline_label=labels[0],
+            current_label=label,
+        )
+        for doc, label in zip(docs[1:], labels[1:], strict=True)
+    ]
+
+    sys.stdout.write(render(comparisons, args.format))
+    sys.stdout.flush()
+
+    status = EXIT_OK
+    for comparison in comparisons:
+        if not comparison.fingerprint_differences:
+            continue
+        lead = "error" if args.strict else "WARNING"
+        print(
+            f"{PROG}: {lead}: {comparison.baseline_label} and {comparison.current_label} were "
+            "measured in different environments; differences may not come from code changes:",
+            file=sys.stderr,
+        )
+        for line in comparison.fingerprint_differences:
+            print(f"  {line}", file=sys.stderr)
+        if args.strict:
+            status = EXIT_FAILED
+
+    if args.fail_on_regression:
+        regressed = [(c.current_label, v) for c in comparisons for v in c.regressions]
+        if regressed:
+            names = ", ".join(f"{v.name} ({v.change * 100:+.1f}%)" for _, v in regressed[:10])
+            more = f" and {len(regressed) - 10} more" if len(regressed) > 10 else ""
+            _error(f"{len(regressed)} regression(s): {names}{more}")
+            status = EXIT_FAILED
+    return status
+
+
+def _labels(files: Sequence[str]) -> list[str]:
+    # File stems read best in headers; fall back to the paths as given when stems collide.
+    stems = [Path(f).stem for f in files]
+    return stems if len(set(stems)) == len(stems) else list(files)
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

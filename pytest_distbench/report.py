@@ -1,0 +1,372 @@
+"""Rendering comparisons for people (terminal table, GitHub markdown) and machines (csv, json).
+
+Files hold seconds; people read microseconds, so printed times are in us and say so in the
+header. csv and json stay machine-friendly: csv keeps full-precision numbers (still us, as its
+headers say), json keeps seconds like the results files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_distbench.verdict import Comparison, Verdict
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+_KINDS = ("regression", "improvement", "unchanged", "new", "missing")
+
+
+def render(comparisons: Comparison | Sequence[Comparison], fmt: str = "table") -> str:
+    """Render one comparison (two files) or a series sharing one baseline (3+ files).
+
+    A series is shown side by side: the chosen metric of every file, with each later file's
+    change and verdict against the first. The result ends with a newline.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    series = [comparisons] if isinstance(comparisons, Comparison) else list(comparisons)
+    if not series:
+        raise ValueError("nothing to render: no comparisons given")
+    if len(series) == 1:
+        return _render_pair(series[0], fmt)
+    return _render_series(series, fmt)
+
+
+def summary_line(comparison: Comparison) -> str:
+    """E.g. '1 regression, 0 improvements, 12 unchanged, 1 new, 0 missing'."""
+    counts = comparison.counts()
+    parts = []
+    for kind in _KINDS:
+        n = counts[kind]
+        word = kind
+        if kind in ("regression", "improvement") and n != 1:
+            word += "s"
+        parts.append(f"{n} {word}")
+    return ", ".join(parts)
+
+
+def rule_line(comparison: Comparison) -> str:
+    """How verdicts were reached, so a reader of a CI summary can tell noise from a finding."""
+    shown = "" if comparison.metric == "p50" else f"; change % shows {comparison.metric}"
+    return (
+        f"regression = p50 slower by more than {comparison.threshold * 100:g}% (unless overridden"
+        f" per benchmark) and one-sided Mann-Whitney U p < {comparison.alpha:g}{shown}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Two files
+
+
+def _render_pair(comparison: Comparison, fmt: str) -> str:
+    metric = comparison.metric
+    if fmt == "json":
+        return _json_dump(_pair_json(comparison))
+
+    if fmt == "csv":
+        headers = [
+            "benchmark", "family", "size", f"baseline {metric} (us)", f"current {metric} (us)",
+            "change %", "p-value", "verdict", "id",
+        ]  # fmt: skip
+        rows = [
+            [
+                v.name,
+                v.family,
+                _size(v.nbytes),
+                _raw_us(v.baseline_value),
+                _raw_us(v.current_value),
+                _raw_pct(v.metric_change),
+                _raw(v.p_value),
+                v.kind,
+                v.id,
+            ]
+            for v in comparison.verdicts
+        ]
+        return _csv(headers, rows)
+
+    headers = [
+        "benchmark", "family", "size", f"baseline {metric} (us)", f"current {metric} (us)",
+        "change %", "p-value", "verdict",
+    ]  # fmt: skip
+    align = ["left", "left", "right", "right", "right", "right", "right", "left"]
+    markdown = fmt == "markdown"
+    rows = [
+        [
+            _text(v.name, markdown),
+            _text(v.family, markdown),
+            _size(v.nbytes),
+            _us(v.baseline_value),
+            _us(v.current_value),
+            _pct(v.metric_change),
+            _p(v.p_value),
+            _verdict_cell(v, markdown),
+        ]
+        for v in comparison.verdicts
+    ]
+    table = _tabulate(rows, headers, align, markdown)
+    lines = []
+    if markdown:
+        lines += _markdown_warnings([("", comparison.fingerprint_differences)])
+        lines += [table, "", _markdown_summary(comparison), "", f"_{rule_line(comparison)}_"]
+    else:
+        lines += [table, "", summary_line(comparison), rule_line(comparison)]
+    return "\n".join(lines) + "\n"
+
+
+def _pair_json(comparison: Comparison) -> dict[str, Any]:
+    return {
+        "files": [comparison.baseline_label, comparison.current_label],
+        "metric": comparison.metric,
+        "threshold": comparison.threshold,
+        "alpha": comparison.alpha,
+        "fingerprint_differences": list(comparison.fingerprint_differences),
+        "counts": comparison.counts(),
+        "benchmarks": [_verdict_json(v) for v in comparison.verdicts],
+    }
+
+
+def _verdict_json(v: Verdict) -> dict[str, Any]:
+    return {
+        "id": v.id,
+        "name": v.name,
+        "family": v.family,
+        "nbytes": v.nbytes,
+        "verdict": v.kind,
+        "baseline_p50_s": _finite(v.baseline_p50),
+        "current_p50_s": _finite(v.current_p50),
+        "change": _finite(v.change),
+        "p_value": _finite(v.p_value),
+        "threshold": v.threshold,
+        "metric": v.metric,
+        "baseline_s": _finite(v.baseline_value),
+        "current_s": _finite(v.current_value),
+        "metric_change": _finite(v.metric_change),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Three or more files: one baseline, several later runs
+
+
+def _render_series(series: list[Comparison], fmt: str) -> str:
+    metric = series[0].metric
+    labels = [series[0].baseline_label] + [c.current_label for c in series]
+    ids: dict[str, Verdict] = {}  # first verdict seen per id, for its name/family/size
+    for comparison in series:
+        for v in comparison.verdicts:
+            ids.setdefault(v.id, v)
+
+    def baseline_value(benchmark_id: str) -> float | None:
+        for comparison in series:
+            v = comparison.get(benchmark_id)
+            if v is not None and v.baseline_value is not None:
+                return v.baseline_value
+        return None
+
+    if fmt == "json":
+        return _json_dump(
+            {
+                "files": labels,
+                "metric": metric,
+                "threshold": series[0].threshold,
+                "alpha": series[0].alpha,
+                "fingerprint_differences": {
+                    c.current_label: list(c.fingerprint_differences) for c in series
+                },
+                "counts": {c.current_label: c.counts() for c in series},
+                "benchmarks": [
+                    {
+                        "id": benchmark_id,
+                        "name": first.name,
+                        "family": first.family,
+                        "nbytes": first.nbytes,
+                        "values_s": [_finite(baseline_value(benchmark_id))]
+                        + [_finite(_current(c, benchmark_id)) for c in series],
+                        "changes": [None]
+                        + [_finite(_field(c, benchmark_id, "metric_change")) for c in series],
+                        "p_values": [None]
+                        + [_finite(_field(c, benchmark_id, "p_value")) for c in series],
+                        "verdicts": [None] + [_kind(c, benchmark_id) for c in series],
+                    }
+                    for benchmark_id, first in ids.items()
+                ],
+            }
+        )
+
+    raw = fmt == "csv"
+    markdown = fmt == "markdown"
+    headers = ["benchmark", "family", "size", f"{labels[0]} {metric} (us)"]
+    align = ["left", "left", "right", "right"]
+    for label in labels[1:]:
+        headers += [f"{label} {metric} (us)", f"{label} change %", f"{label} verdict"]
+        align += ["right", "right", "left"]
+    if raw:
+        headers.append("id")
+
+    rows = []
+    for benchmark_id, first in ids.items():
+        if raw:
+            row = [first.name, first.family, _size(first.nbytes)]
+            row.append(_raw_us(baseline_value(benchmark_id)))
+        else:
+            row = [_text(first.name, markdown), _text(first.family, markdown), _size(first.nbytes)]
+            row.append(_us(baseline_value(benchmark_id)))
+        for comparison in series:
+            v = comparison.get(benchmark_id)
+            if v is None:  # neither in the baseline nor in this file
+                row += ["" if raw else "-", "", ""]
+            elif raw:
+                row += [_raw_us(v.current_value), _raw_pct(v.metric_change), v.kind]
+            else:
+                row += [_us(v.current_value), _pct(v.metric_change), _verdict_cell(v, markdown)]
+        if raw:
+            row.append(benchmark_id)
+        rows.append(row)
+
+    if raw:
+        return _csv(headers, rows)
+    table = _tabulate(rows, headers, align, markdown)
+    if markdown:
+        lines = _markdown_warnings([(c.current_label, c.fingerprint_differences) for c in series])
+        lines += [table, ""]
+        lines += [f"- {_text(c.current_label, True)}: {_markdown_summary(c)}" for c in series]
+        lines += ["", f"_{rule_line(series[0])}_"]
+    else:
+        lines = [table, ""]
+        lines += [f"{c.current_label}: {summary_line(c)}" for c in series]
+        lines.append(rule_line(series[0]))
+    return "\n".join(lines) + "\n"
+
+
+def _current(comparison: Comparison, benchmark_id: str) -> float | None:
+    return _field(comparison, benchmark_id, "current_value")
+
+
+def _field(comparison: Comparison, benchmark_id: str, name: str) -> Any:
+    v = comparison.get(benchmark_id)
+    return None if v is None else getattr(v, name)
+
+
+def _kind(comparison: Comparison, benchmark_id: str) -> str | None:
+    v = comparison.get(benchmark_id)
+    return None if v is None else v.kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells and containers
+
+
+def _tabulate(rows: list[list[str]], headers: list[str], align: list[str], markdown: bool) -> str:
+    from tabulate import tabulate  # lazy: only the human formats need it
+
+    return tabulate(
+        rows,
+        headers=headers,
+        tablefmt="github" if markdown else "simple",
+        disable_numparse=True,  # cells are pre-formatted; keep "+3.0%" and "-" as written
+        colalign=align,
+    )
+
+
+def _markdown_warnings(differences: list[tuple[str, Sequence[str]]]) -> list[str]:
+    lines = []
+    for label, diffs in differences:
+        if not diffs:
+            continue
+        what = f" ({_text(label, True)})" if label else ""
+        lines.append(f"> **Warning**: the runs come from different environments{what}:")
+        lines += [f"> - {_text(d, True)}" for d in diffs]
+        lines.append("")
+    return lines
+
+
+def _markdown_summary(comparison: Comparison) -> str:
+    text = summary_line(comparison)
+    if comparison.regressions:
+        first, rest = text.split(", ", 1)
+        text = f"**{first}**, {rest}"
+    return text
+
+
+def _verdict_cell(v: Verdict, markdown: bool) -> str:
+    if markdown and v.kind == "regression":
+        return "**regression**"
+    return v.kind
+
+
+def _text(value: Any, markdown: bool) -> str:
+    # Names come from files that may be foreign or hostile: no control characters for the
+    # terminal, no pipes that would split a markdown cell.
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    if markdown:
+        text = text.replace("\\", "\\\\").replace("|", "\\|")
+    return text
+
+
+def _size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "-"
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    value = float(nbytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        value /= 1024
+        if value < 1024 or unit == "EiB":
+            break
+    return f"{value:.4g} {unit}"
+
+
+def _us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:,.2f}"
+
+
+def _pct(change: float | None) -> str:
+    if change is None:
+        return ""
+    if math.isnan(change):
+        return "n/a"
+    if math.isinf(change):
+        return "+inf%" if change > 0 else "-inf%"
+    return f"{change * 100:+.1f}%"
+
+
+def _p(p_value: float | None) -> str:
+    return "" if p_value is None else f"{p_value:.2g}"
+
+
+def _raw(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+def _raw_us(seconds: float | None) -> str:
+    return "" if seconds is None else repr(seconds * 1e6)
+
+
+def _raw_pct(change: float | None) -> str:
+    return "" if change is None else repr(change * 100)
+
+
+def _finite(value: float | None) -> float | None:
+    # JSON has no inf/nan; a change from a zero-time baseline is reported as null.
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def _csv(headers: list[str], rows: list[list[Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _json_dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,297 @@
+"""`pytest-distbench compare`, run the way users and CI run it: as a separate process."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_distbench import cli
+from pytest_distbench.storage import make_document, write_document
+
+REPO = Path(__file__).resolve().parents[1]
+
+ENVIRONMENT = {
+    "torch": "2.13.0+cpu",
+    "python": "3.11.7",
+    "hostname": "ci-1",
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "gpus": [],
+    "cuda": None,
+    "nccl": None,
+    "gloo": True,
+    "world_sizes": [2],
+    "env": {},
+}
+
+
+def samples(median: float, seed: int, n: int = 60) -> list[float]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        x = median * (1 + rng.uniform(-0.02, 0.02))
+        if rng.random() < 0.1:
+            x *= 15  # the occasional stall
+        out.append(x)
+    return out
+
+
+def record(size: int, values: list[float]) -> dict:
+    name = f"test_all_reduce[gloo-ws2-{size}]"
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {
+        "id": f"pytest_distbench/suites/test_collectives.py::{name}",
+        "name": name,
+        "family": "all_reduce",
+        "backend": "gloo",
+        "world_size": 2,
+        "device": "cpu",
+        "params": {"nbytes": size},
+        "nbytes": size,
+        "count": size // 4,
+        "dtype": "float32",
+        "busbw_factor": 1.0,
+        "warmup": 5,
+        "iterations": len(values),
+        "samples": values,
+        "rank_samples": [values, values],
+        "summary": {
+            "n": len(values),
+            "min": min(values),
+            "p50": statistics.median(values),
+            "p75": q[74],
+            "p90": q[89],
+            "p95": q[94],
+            "p99": q[98],
+            "max": max(values),
+            "mean": statistics.fmean(values),
+            "stddev": statistics.stdev(values),
+            "iqr": q[74] - q[24],
+        },
+        "algbw_gbps": None,
+        "busbw_gbps": None,
+        "wrong": 0,
+        "skew": 1.0,
+        "stalls": 6,
+        "threshold": None,
+    }
+
+
+SAME, SLOW, GONE, ADDED = 1024, 1 << 20, 4, 64 << 20
+NAMES = {size: f"test_all_reduce[gloo-ws2-{size}]" for size in (SAME, SLOW, GONE, ADDED)}
+
+
+def save(path: Path, records: list[dict], **env) -> Path:
+    doc = make_document(records, {**ENVIRONMENT, **env}, ["pytest", "--distbench"], commit_info={})
+    write_document(doc, path, overwrite=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("cli")
+    base = [record(SAME, samples(20e-6, 1)), record(SLOW, samples(1e-3, 2))]
+    base.append(record(GONE, samples(10e-6, 3)))
+    cur = [record(SAME, samples(20e-6, 11)), record(SLOW, samples(1.3e-3, 12))]
+    cur.append(record(ADDED, samples(50e-3, 13)))
+    out = {
+        "base": save(d / "base.json", base),
+        "cur": save(d / "cur.json", cur),
+        "other_env": save(d / "other_env.json", base, torch="2.14.0", cpu_count=64),
+    }
+    damaged = d / "damaged.json"
+    damaged.write_bytes(out["base"].read_bytes()[:500])
+    out["damaged"] = damaged
+    foreign = d / "foreign.json"
+    foreign.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": []}))
+    out["foreign"] = foreign
+    out["missing"] = d / "does-not-exist.json"
+    return out
+
+
+RUNS = {
+    "table": ["base", "cur", "--fail-on-regression"],
+    "markdown": ["base", "cur", "--format", "markdown"],
+    "csv": ["base", "cur", "--format", "csv", "--metric", "p90", "--threshold", "5 %"],
+    "json": ["base", "cur", "--format", "json", "--threshold", "50%", "--fail-on-regression"],
+    "missing": ["base", "missing"],
+    "damaged": ["damaged", "cur"],
+    "foreign": ["base", "foreign"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(files) -> dict[str, subprocess.CompletedProcess]:
+    """Every CLI process of this module, started together: each pays ~2 s importing scipy."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = {}
+    for key, args in RUNS.items():
+        argv = [str(files[a]) if a in files else a for a in args]
+        procs[key] = subprocess.Popen(
+            [sys.executable, "-m", "pytest_distbench.cli", "compare", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=files["base"].parent,
+        )
+    results = {}
+    for key, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        results[key] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return results
+
+
+def test_table_output_and_regression_exit_code(runs):
+    run = runs["table"]
+    assert run.returncode == 1, run.stderr
+    out = run.stdout
+    assert "baseline p50 (us)" in out and "current p50 (us)" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("test_")}
+    assert set(lines) == set(NAMES.values())
+    assert lines[NAMES[SLOW]].rstrip().endswith("regression")
+    assert "1 MiB" in lines[NAMES[SLOW]]
+    assert lines[NAMES[SAME]].rstrip().endswith("unchanged")
+    assert lines[NAMES[GONE]].rstrip().endswith("missing")
+    assert lines[NAMES[ADDED]].rstrip().endswith("new")
+    assert "1 regression, 0 improvements, 1 unchanged, 1 new, 1 missing" in out
+    assert "error: 1 regression(s)" in run.stderr and NAMES[SLOW] in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_markdown_output(runs):
+    run = runs["markdown"]
+    assert run.returncode == 0, run.stderr
+    table = [line for line in run.stdout.splitlines() if line.startswith("|")]
+    assert "baseline p50 (us)" in table[0]
+    assert set(table[1]) <= set("|-: ")  # the header separator row
+    assert len(table) == 2 + 4
+    slow = next(line for line in table if NAMES[SLOW] in line)
+    cells = [cell.strip() for cell in slow.strip("|").split("|")]
+    assert cells[-1] == "**regression**"
+    assert 20 < float(cells[5].rstrip("%")) < 40  # change %, about +30
+    assert "**1 regression**" in run.stdout
+
+
+def test_csv_output(runs):
+    run = runs["csv"]
+    assert run.returncode == 0, run.stderr
+    rows = list(csv.DictReader(io.StringIO(run.stdout)))
+    assert list(rows[0]) == [
+        "benchmark",
+        "family",
+        "size",
+        "baseline p90 (us)",
+        "current p90 (us)",
+        "change %",
+        "p-value",
+        "verdict",
+        "id",
+    ]
+    by_name = {row["benchmark"]: row for row in rows}
+    assert set(by_name) == set(NAMES.values())
+    slow = by_name[NAMES[SLOW]]
+    assert slow["verdict"] == "regression"
+    assert float(slow["p-value"]) < 0.01
+    assert float(slow["baseline p90 (us)"]) > 900  # seconds in the file, microseconds here
+    assert by_name[NAMES[ADDED]]["baseline p90 (us)"] == ""
+    assert by_name[NAMES[GONE]]["verdict"] == "missing"
+
+
+def test_json_output_and_threshold_option(runs):
+    run = runs["json"]
+    # 30 % slower is within a 50 % threshold: no regression, so --fail-on-regression passes
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["threshold"] == 0.5 and data["metric"] == "p50"
+    by_name = {b["name"]: b for b in data["benchmarks"]}
+    slow = by_name[NAMES[SLOW]]
+    assert slow["verdict"] == "unchanged"
+    assert slow["change"] == pytest.approx(0.3, abs=0.03)
+    assert slow["baseline_p50_s"] == pytest.approx(1e-3, rel=0.03)
+    assert by_name[NAMES[ADDED]]["verdict"] == "new"
+    assert by_name[NAMES[GONE]]["verdict"] == "missing"
+    assert data["counts"]["regression"] == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "file", "message"),
+    [
+        ("missing", "does-not-exist.json", "no such file"),
+        ("damaged", "damaged.json", "not valid JSON"),
+        ("foreign", "foreign.json", "not a pytest-distbench results file"),
+    ],
+)
+def test_bad_input_is_one_clear_line(runs, key, file, message):
+    run = runs[key]
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert file in lines[0] and message in lines[0]
+
+
+# In-process from here on: same code path, without paying another interpreter start each.
+
+
+def test_bad_threshold_exits_2_naming_the_option(files, capsys):
+    for text in ("ten", "-5%", "10", "nan%"):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["compare", str(files["base"]), str(files["cur"]), "--threshold", text])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert "--threshold" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_threshold_text_forms():
+    assert cli._parse_fraction("10%") == pytest.approx(0.10)
+    assert cli._parse_fraction("5 %") == pytest.approx(0.05)
+    assert cli._parse_fraction(" 0.1 ") == pytest.approx(0.10)
+    assert cli._parse_fraction("150%") == pytest.approx(1.5)
+
+
+def test_environment_difference_warns(files, capsys):
+    code = cli.main(["compare", str(files["base"]), str(files["other_env"])])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "WARNING" in captured.err
+    assert "torch: 2.13.0+cpu (baseline) vs 2.14.0 (current)" in captured.err
+    assert "cpu_count: 2 (baseline) vs 64 (current)" in captured.err
+
+
+def test_strict_makes_environment_difference_an_error(files, capsys):
+    code = cli.main(["compare", str(files["base"]), str(files["other_env"]), "--strict"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "error" in captured.err and "torch" in captured.err
+    assert cli.main(["compare", str(files["base"]), str(files["base"]), "--strict"]) == 0
+
+
+def test_three_files_side_by_side(files, capsys):
+    code = cli.main(
+        ["compare", str(files["base"]), str(files["cur"]), str(files["other_env"])]
+        + ["--fail-on-regression"]
+    )
+    out = capsys.readouterr().out
+    assert code == 1  # cur regressed against base
+    header = out.splitlines()[0]
+    for label in ("base p50 (us)", "cur p50 (us)", "cur change %", "other_env p50 (us)"):
+        assert label in header
+    slow = next(line for line in out.splitlines() if line.startswith(NAMES[SLOW]))
+    assert "regression" in slow and "unchanged" in slow
+
+
+def test_needs_two_files(files, capsys):
+    assert cli.main(["compare", str(files["base"])]) == 2
+    assert "at least two files" in capsys.readouterr().err

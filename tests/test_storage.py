@@ -1,0 +1,534 @@
+"""The results file: round trip, atomic writes, pytest-benchmark compatibility, hostile input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_distbench import storage
+from pytest_distbench.report import FORMATS, render
+from pytest_distbench.storage import (
+    SCHEMA_VERSION,
+    ResultsFileError,
+    ResultsFileExistsError,
+    make_document,
+    read_document,
+    records,
+    resolve_baseline,
+    write_document,
+)
+from pytest_distbench.verdict import compare_documents
+
+REPO = Path(__file__).resolve().parents[1]
+
+ENVIRONMENT = {
+    "torch": "2.13.0+cpu",
+    "python": "3.11.7",
+    "platform": "Linux-x86_64",
+    "hostname": "bench-host",
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "gpus": [],
+    "cuda": None,
+    "nccl": None,
+    "gloo": True,
+    "world_sizes": [2],
+    "env": {"GLOO_SOCKET_IFNAME": "lo"},
+}
+COMMIT = {"id": "abc123", "dirty": False, "branch": "main"}
+
+
+def _summary(samples: list[float]) -> dict:
+    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else None
+
+    def pct(k: int) -> float:
+        return q[k - 1] if q else samples[0]
+
+    return {
+        "n": len(samples),
+        "min": min(samples),
+        "p50": statistics.median(samples),
+        "p75": pct(75),
+        "p90": pct(90),
+        "p95": pct(95),
+        "p99": pct(99),
+        "max": max(samples),
+        "mean": statistics.fmean(samples),
+        "stddev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        "iqr": pct(75) - pct(25),
+    }
+
+
+def make_record(size: int = 1 << 20, scale: float = 1.0, seed: int = 0, n: int = 40) -> dict:
+    rng = random.Random(seed)
+    ranks = [[50e-6 * scale * (1 + 0.02 * rng.random()) for _ in range(n)] for _ in range(2)]
+    samples = [max(per_rank) for per_rank in zip(*ranks, strict=True)]
+    name = f"test_all_reduce[gloo-ws2-{size}]"
+    return {
+        "id": f"pytest_distbench/suites/test_collectives.py::{name}",
+        "name": name,
+        "family": "all_reduce",
+        "backend": "gloo",
+        "world_size": 2,
+        "device": "cpu",
+        "params": {"nbytes": size},
+        "nbytes": size,
+        "count": size // 4,
+        "dtype": "float32",
+        "busbw_factor": 1.0,
+        "warmup": 5,
+        "iterations": n,
+        "samples": samples,
+        "rank_samples": ranks,
+        "summary": _summary(samples),
+        "algbw_gbps": size / statistics.median(samples) / 1e9,
+        "busbw_gbps": size / statistics.median(samples) / 1e9,
+        "wrong": 0,
+        "skew": 1.0,
+        "stalls": 0,
+        "threshold": None,
+    }
+
+
+def make_doc(*recs: dict) -> dict:
+    recs = recs or (make_record(1024, seed=1), make_record(1 << 20, seed=2))
+    return make_document(list(recs), ENVIRONMENT, ["pytest", "--distbench"], commit_info=COMMIT)
+
+
+def write_json(path: Path, value) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- build and round trip
+
+
+def test_round_trip(tmp_path):
+    doc = make_doc()
+    path = tmp_path / "run.json"
+    write_document(doc, path, overwrite=False)
+    back = read_document(path)
+    assert back == doc
+    recs = records(back)
+    assert list(recs) == [b["distbench"]["id"] for b in doc["benchmarks"]]
+    first = next(iter(recs.values()))
+    assert first["samples"] == doc["benchmarks"][0]["distbench"]["samples"]
+    assert back["distbench"]["schema_version"] == SCHEMA_VERSION
+    assert back["distbench"]["environment"]["torch"] == "2.13.0+cpu"
+    assert back["distbench"]["command_line"] == ["pytest", "--distbench"]
+
+
+def test_document_is_a_pytest_benchmark_document():
+    record = make_record(4096, seed=3)
+    doc = make_doc(record)
+    for key in ("machine_info", "commit_info", "benchmarks", "datetime", "version"):
+        assert key in doc
+    bench = doc["benchmarks"][0]
+    assert bench["group"] == "all_reduce gloo ws2"
+    assert bench["name"] == record["name"]
+    assert bench["fullname"] == record["id"]
+    assert bench["param"] == "gloo-ws2-4096"
+    stats = bench["stats"]
+    assert stats["median"] == pytest.approx(statistics.median(record["samples"]))
+    assert stats["min"] == min(record["samples"])
+    assert stats["rounds"] == len(record["samples"])
+    assert stats["data"] == record["samples"]
+    assert stats["iterations"] == 1
+    for key in ("stddev", "iqr", "q1", "q3", "iqr_outliers", "stddev_outliers", "outliers"):
+        assert key in stats
+    for key in ("ld15iqr", "hd15iqr", "ops", "total", "mean", "max"):
+        assert key in stats
+
+
+def test_make_document_converts_numpy_and_odd_params():
+    np = pytest.importorskip("numpy")
+    record = make_record(seed=4)
+    record["samples"] = np.array(record["samples"])
+    record["rank_samples"] = [np.array(r) for r in record["rank_samples"]]
+    record["world_size"] = np.int64(2)
+    record["params"] = {"nbytes": 1024, "dtype": object(), "shape": (2, 3), "x": float("nan")}
+    doc = make_doc(record)
+    rec = doc["benchmarks"][0]["distbench"]
+    assert all(type(x) is float for x in rec["samples"])
+    assert type(rec["world_size"]) is int
+    assert rec["params"]["shape"] == [2, 3]
+    assert isinstance(rec["params"]["dtype"], str) and rec["params"]["x"] == "nan"
+    json.dumps(doc, allow_nan=False)
+
+
+def test_make_document_fills_nullable_fields():
+    record = make_record(seed=5)
+    for key in ("skew", "threshold", "wrong", "algbw_gbps"):
+        del record[key]
+    rec = make_doc(record)["benchmarks"][0]["distbench"]
+    assert rec["skew"] is None and rec["threshold"] is None and rec["wrong"] is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("samples", [], "benchmarks[0].distbench.samples"),
+        ("world_size", 0, "benchmarks[0].distbench.world_size"),
+        ("id", "", "benchmarks[0].distbench.id"),
+    ],
+)
+def test_make_document_rejects_bad_records(field, value, message):
+    record = make_record()
+    record[field] = value
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        make_doc(record)
+
+
+def test_make_document_rejects_duplicate_ids():
+    with pytest.raises(ValueError, match="duplicate id"):
+        make_doc(make_record(seed=1), make_record(seed=2))
+
+
+# --------------------------------------------------------------------------------------- writing
+
+
+def test_write_refuses_to_overwrite_and_keeps_old_file(tmp_path):
+    path = tmp_path / "baselines" / "main.json"
+    old = make_doc(make_record(seed=1))
+    write_document(old, path, overwrite=False)  # creates the parent directory too
+    before = path.read_bytes()
+
+    with pytest.raises(ResultsFileExistsError) as info:
+        write_document(make_doc(make_record(seed=2)), path, overwrite=False)
+    assert isinstance(info.value, ResultsFileError)
+    assert "main.json" in str(info.value) and "overwrit" in str(info.value)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["main.json"]
+
+    new = make_doc(make_record(seed=3))
+    write_document(new, path, overwrite=True)
+    assert read_document(path) == new
+    assert sorted(p.name for p in path.parent.iterdir()) == ["main.json"]
+
+
+def test_written_file_is_readable_by_others(tmp_path):
+    # A baseline a teammate or CI user cannot read is no baseline; the temp file must not
+    # leak its private mode into the published file.
+    old_umask = os.umask(0o022)
+    try:
+        path = tmp_path / "run.json"
+        write_document(make_doc(), path, overwrite=False)
+    finally:
+        os.umask(old_umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_failed_write_leaves_old_file_and_no_temp(tmp_path, monkeypatch, overwrite):
+    path = tmp_path / "run.json"
+    path.write_text("old contents")
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "replace", broken)
+    monkeypatch.setattr(storage.os, "link", broken)
+    if not overwrite:
+        path.unlink()
+    with pytest.raises(ResultsFileError, match="No space left"):
+        write_document(make_doc(), path, overwrite=overwrite)
+    remaining = sorted(p.name for p in tmp_path.iterdir())
+    assert remaining == (["run.json"] if overwrite else [])
+    if overwrite:
+        assert path.read_text() == "old contents"
+
+
+def test_unserializable_document_writes_nothing(tmp_path):
+    doc = make_doc()
+    doc["benchmarks"][0]["distbench"]["samples"][0] = float("nan")
+    path = tmp_path / "run.json"
+    with pytest.raises(ResultsFileError, match="run.json"):
+        write_document(doc, path, overwrite=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pytest_benchmark_compare_lists_our_benchmarks(tmp_path):
+    record = make_record(1 << 20, seed=7)
+    path = tmp_path / "0001_run.json"
+    write_document(make_doc(record), path, overwrite=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(path), "--time-unit", "us"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Failed to load" not in out
+    assert record["name"] in out
+    assert "Median" in out
+    # pytest-benchmark prints times with 4 decimals in the unit we asked for
+    assert f"{min(record['samples']) * 1e6:,.4f}" in out
+
+
+# --------------------------------------------------------------------------------------- reading
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ResultsFileError, match="nope.json: no such file"):
+        read_document(tmp_path / "nope.json")
+
+
+def test_directory_is_not_a_file(tmp_path):
+    with pytest.raises(ResultsFileError, match="directory"):
+        read_document(tmp_path)
+
+
+def test_not_json_names_line_and_column(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "distbench": {,\n}')
+    with pytest.raises(ResultsFileError, match=r"broken.json: not valid JSON: .*line 2, column"):
+        read_document(path)
+
+
+def test_truncated_file(tmp_path):
+    path = tmp_path / "cut.json"
+    write_document(make_doc(), path, overwrite=False)
+    path.write_bytes(path.read_bytes()[:-200])
+    with pytest.raises(ResultsFileError, match="cut.json: not valid JSON"):
+        read_document(path)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([1, 2, 3], "not a pytest-distbench results file"),
+        ("hello", "not a pytest-distbench results file"),
+        ({"benchmarks": [], "machine_info": {}}, "plain pytest-benchmark file"),
+        ({"name": "package.json"}, "not a pytest-distbench results file"),
+    ],
+)
+def test_foreign_files(tmp_path, value, message):
+    path = write_json(tmp_path / "foreign.json", value)
+    with pytest.raises(ResultsFileError, match=message) as info:
+        read_document(path)
+    assert "foreign.json" in str(info.value)
+
+
+def test_newer_schema_is_refused(tmp_path):
+    doc = make_doc()
+    doc["distbench"]["schema_version"] = SCHEMA_VERSION + 1
+    path = write_json(tmp_path / "future.json", doc)
+    with pytest.raises(ResultsFileError, match="newer.*upgrade pytest-distbench"):
+        read_document(path)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_are_refused(tmp_path, literal):
+    doc = make_doc()
+    text = json.dumps(doc).replace('"wrong": 0', f'"wrong": {literal}', 1)
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    with pytest.raises(ResultsFileError, match="nan.json"):
+        read_document(path)
+
+
+def test_deep_nesting_is_an_error_not_a_crash(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ResultsFileError, match="deep.json"):
+        read_document(path)
+    doc = make_doc()
+    deep: list = []
+    for _ in range(100):
+        deep = [deep]
+    doc["distbench"]["environment"]["deep"] = deep
+    path = write_json(tmp_path / "deep2.json", doc)
+    with pytest.raises(ResultsFileError, match="nested"):
+        read_document(path)
+
+
+def _set(doc: dict, dotted: str, value) -> None:
+    target = doc
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    last = parts[-1]
+    if value is _DELETE:
+        del target[last]
+    elif isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "field"),
+    [
+        ("benchmarks.1.distbench.samples", [], "benchmarks[1].distbench.samples"),
+        ("benchmarks.1.distbench.samples", [1.0, "x"], "benchmarks[1].distbench.samples"),
+        ("benchmarks.0.distbench.samples", [-1.0] * 40, "benchmarks[0].distbench.samples"),
+        ("benchmarks.0.distbench.rank_samples.1", [1e-5] * 39, "rank_samples[1]"),
+        ("benchmarks.0.distbench.rank_samples", [[1e-5] * 40] * 3, "rank_samples"),
+        ("benchmarks.0.distbench.summary.n", 39, "benchmarks[0].distbench.summary.n"),
+        ("benchmarks.0.distbench.summary.p99", "fast", "summary.p99"),
+        ("benchmarks.0.distbench.summary.p90", _DELETE, "summary: missing 'p90'"),
+        ("benchmarks.0.distbench.world_size", True, "benchmarks[0].distbench.world_size"),
+        ("benchmarks.0.distbench.nbytes", 2**70, "benchmarks[0].distbench.nbytes"),
+        ("benchmarks.0.distbench.threshold", -0.1, "benchmarks[0].distbench.threshold"),
+        ("benchmarks.0.distbench.id", _DELETE, "benchmarks[0].distbench.id: missing"),
+        ("benchmarks.0.distbench.params", [1], "benchmarks[0].distbench.params"),
+        ("benchmarks.0.distbench", "x", "benchmarks[0].distbench"),
+        ("benchmarks.1", 7, "benchmarks[1]"),
+        ("benchmarks", {}, "benchmarks"),
+        ("distbench.environment", [], "distbench.environment"),
+        ("distbench.schema_version", "1", "distbench.schema_version"),
+        ("distbench.command_line", ["pytest", 3], "distbench.command_line"),
+    ],
+)
+def test_malformed_fields_are_named(tmp_path, dotted, value, field):
+    doc = make_doc()
+    _set(doc, dotted, value)
+    path = write_json(tmp_path / "bad.json", doc)
+    with pytest.raises(ResultsFileError) as info:
+        read_document(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert field in message
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    doc = make_doc()
+    doc["benchmarks"][1]["distbench"]["id"] = doc["benchmarks"][0]["distbench"]["id"]
+    path = write_json(tmp_path / "dup.json", doc)
+    with pytest.raises(ResultsFileError, match=r"benchmarks\[1\].distbench.id: duplicate"):
+        read_document(path)
+
+
+def test_unknown_extra_fields_are_accepted(tmp_path):
+    # Additive fields do not bump the schema version, so readers must tolerate them.
+    doc = make_doc()
+    doc["benchmarks"][0]["distbench"]["future_field"] = {"x": 1}
+    doc["distbench"]["future_top"] = 1
+    path = write_json(tmp_path / "extra.json", doc)
+    assert read_document(path)["distbench"]["future_top"] == 1
+
+
+# ------------------------------------------------------------------------------ baseline names
+
+
+def test_resolve_baseline(tmp_path):
+    assert resolve_baseline("nightly", tmp_path) == tmp_path / "nightly.json"
+    assert resolve_baseline("v2.13_rc-1", tmp_path) == tmp_path / "v2.13_rc-1.json"
+    assert resolve_baseline("other/dir/x.json", tmp_path) == Path("other/dir/x.json")
+    assert resolve_baseline("x.json", tmp_path) == Path("x.json")
+    assert resolve_baseline("./nightly", tmp_path) == Path("./nightly")
+
+
+@pytest.mark.parametrize("name", ["", "..", ".hidden", "-flag", "a b", "a;rm", "ü"])
+def test_resolve_baseline_rejects_bad_names(tmp_path, name):
+    with pytest.raises(ValueError, match="invalid baseline name"):
+        resolve_baseline(name, tmp_path)
+
+
+# ----------------------------------------------------------------------------- hostile input
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+
+
+def _accepts_or_refuses_cleanly(path: Path) -> None:
+    try:
+        doc = read_document(path)
+    except ResultsFileError as exc:
+        assert str(path) in str(exc)
+        return
+    # Whatever is accepted must be usable all the way to every report format.
+    comparison = compare_documents(doc, doc, threshold=0.1)
+    for fmt in FORMATS:
+        render(comparison, fmt)
+
+
+_FUZZ = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@_FUZZ
+@given(value=json_values)
+def test_arbitrary_json_is_refused_cleanly(tmp_path, value):
+    _accepts_or_refuses_cleanly(write_json(tmp_path / "any.json", value))
+
+
+@_FUZZ
+@given(data=st.binary(max_size=200))
+def test_random_bytes_are_refused_cleanly(tmp_path, data):
+    path = tmp_path / "bytes.json"
+    path.write_bytes(data)
+    _accepts_or_refuses_cleanly(path)
+
+
+_VALID = make_doc(make_record(1024, seed=1, n=8), make_record(4096, seed=2, n=8))
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, prefix + (index,))
+
+
+_ALL_PATHS = [p for p in _paths(_VALID) if p]
+
+
+@_FUZZ
+@given(
+    mutations=st.lists(
+        st.tuples(st.sampled_from(_ALL_PATHS), st.one_of(st.just(_DELETE), json_values)),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_mutated_documents_are_refused_or_usable(tmp_path, mutations):
+    doc = copy.deepcopy(_VALID)
+    for path_parts, value in mutations:
+        target = doc
+        try:
+            for part in path_parts[:-1]:
+                target = target[part]
+            if value is _DELETE:
+                del target[path_parts[-1]]
+            else:
+                target[path_parts[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed or retyped this path
+    _accepts_or_refuses_cleanly(write_json(tmp_path / "mutated.json", doc))
+
+
+@_FUZZ
+@given(cut=st.integers(min_value=0, max_value=10_000), junk=st.binary(max_size=8))
+def test_damaged_bytes_of_a_valid_file_are_refused_cleanly(tmp_path, cut, junk):
+    raw = json.dumps(_VALID).encode()
+    cut %= len(raw)
+    path = tmp_path / "damaged.json"
+    path.write_bytes(raw[:cut] + junk + raw[cut + len(junk) :])
+    _accepts_or_refuses_cleanly(path)
