@@ -79,8 +79,28 @@ def forkserver_world_starts(world_size: int, later: int) -> tuple[float, list[fl
     return times[0], times[1:]
 
 
+CALL_TIMER = """
+import json, time, pytest
+
+CALLS = []
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    began = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        CALLS.append([item.name, time.perf_counter() - began])
+
+def pytest_sessionfinish(session):
+    with open("call_times.json", "w") as f:
+        json.dump(CALLS, f)
+"""
+
+
 def run_pytest(tmp: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp / "test_bench.py").write_text(textwrap.dedent(source))
+    (tmp / "conftest.py").write_text(CALL_TIMER)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
         cwd=tmp, capture_output=True, text=True, timeout=900,
@@ -101,15 +121,12 @@ def session_world_start_and_overhead(tmp: Path, tests: int) -> tuple[float, floa
         def test_plain(i):
             pass
     """
-    result = run_pytest(tmp, source, "--distbench", "--world-size=8", "--durations=0",
-                        "--durations-min=0", "-vv")
+    result = run_pytest(tmp, source, "--distbench", "--world-size=8")
     if result.returncode != 0:
         raise SystemExit(result.stdout + result.stderr)
     calls: dict[str, list[float]] = {"empty": [], "plain": []}
-    for line in result.stdout.splitlines():
-        match = re.match(r"\s*([\d.]+)s (call|setup)\s+\S+::test_(empty|plain)\[", line)
-        if match and match.group(2) == "call":
-            calls[match.group(3)].append(float(match.group(1)))
+    for name, seconds in json.loads((tmp / "call_times.json").read_text()):
+        calls["empty" if name.startswith("test_empty") else "plain"].append(seconds)
     first = float(re.search(r"worlds started: gloo ws8 cpu ([\d.]+) s", result.stdout).group(1))
     # The first test also waits for the world; the overhead is the steady state.
     empty = statistics.median(calls["empty"][1:])
@@ -207,8 +224,8 @@ def main() -> None:
               f"{statistics.median(later):6.2f} s  ({naive / statistics.median(later):.0f}x "
               "faster)")
         print("== 2. per-test overhead, empty body, 8 ranks ==")
-        print(f"median call time of an empty distbench test: {empty * 1000:6.1f} ms "
-              f"(plain pytest test: {plain * 1000:.2f} ms)")
+        print(f"median call time of an empty distbench test: {empty * 1000:6.2f} ms "
+              f"(plain pytest test: {plain * 1000:.3f} ms)")
         print("== 3. fidelity vs a hand-written torch loop, 2 ranks gloo, interleaved ==")
         for nbytes, iterations, metric in ((4, 4000, "p50"), (64 << 20, 30, "busbw")):
             plugin_values, hand_values = [], []

@@ -14,6 +14,9 @@ from .session import DistbenchSession, RankLocal
 from .wire import RANK_FIXTURES
 
 SESSION_KEY = pytest.StashKey[DistbenchSession]()
+GATE_KEY = pytest.StashKey["Gate"]()
+SAVE_PATH_KEY = pytest.StashKey[Path]()
+WARNINGS_KEY = pytest.StashKey[list[str]]()
 SKIP_REASON = "distbench benchmark: run with --distbench"
 WORLD_SIZE_ARG = "distbench_world_size"
 BACKEND_ARG = "distbench_backend"
@@ -26,6 +29,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--distbench-json", metavar="PATH", default=None,
                     help="write every benchmark's parameters, environment, summaries and raw "
                          "samples to PATH (atomic write)")
+    group.addoption("--distbench-save", metavar="NAME", default=None,
+                    help="store this run as the baseline NAME (baselines/NAME.json)")
+    group.addoption("--distbench-overwrite", action="store_true", default=False,
+                    help="allow --distbench-save to replace an existing baseline")
+    group.addoption("--distbench-compare", metavar="NAME|PATH", default=None,
+                    help="compare against a baseline; each real regression fails its test")
+    group.addoption("--distbench-strict", action="store_true", default=False,
+                    help="with --distbench-compare: a different environment is an error")
+    parser.addini("distbench_baseline_dir", default="baselines",
+                  help="directory of named baselines, relative to the rootdir")
     settings_module.add_options(parser)
 
 
@@ -39,12 +52,57 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("distbench"):
         return
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
+    _configure_baselines(config)
     session = DistbenchSession()
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
     from .world import warm_up_forkserver
 
     warm_up_forkserver()
+
+
+def _configure_baselines(config: pytest.Config) -> None:
+    """Check baseline options before any rank starts: a bad one must not cost a whole run."""
+    from . import storage
+
+    baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
+    save = config.getoption("distbench_save")
+    if save:
+        try:
+            path = storage.resolve_baseline(save, baseline_dir)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--distbench-save: {exc}") from None
+        if path.exists() and not config.getoption("distbench_overwrite"):
+            raise pytest.UsageError(
+                f"--distbench-save: baseline {path} already exists; pass --distbench-overwrite "
+                "to replace it"
+            )
+        config.stash[SAVE_PATH_KEY] = path
+    compare = config.getoption("distbench_compare")
+    if compare:
+        from .environment import controller_environment
+        from .gate import Gate
+
+        gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
+        differences = gate.environment_differences(controller_environment())
+        if differences and gate.strict:
+            raise pytest.UsageError(
+                f"--distbench-strict: baseline {gate.path} was measured in another environment: "
+                + "; ".join(differences)
+            )
+        config.stash[GATE_KEY] = gate
+        config.stash[WARNINGS_KEY] = [
+            f"WARNING: baseline {gate.path} was measured in another environment; differences "
+            "may not come from your change:"
+        ] + [f"  {line}" for line in differences] if differences else []
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    gate = config.stash.get(GATE_KEY, None)
+    if gate is not None:
+        lines.append(f"distbench: comparing against {gate.path}")
+    return lines + config.stash.get(WARNINGS_KEY, [])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -173,51 +231,86 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     reason = _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
-    session.run_item(pyfuncitem, resolved, key)
+    records = session.run_item(pyfuncitem, resolved, key)
+    gate = pyfuncitem.config.stash.get(GATE_KEY, None)
+    if gate is not None:
+        failures = []
+        for record in records:
+            v = gate.judge(record, resolved.threshold)
+            if v is not None and v.kind == "regression":
+                failures.append(gate.failure_message(v, len(record["samples"])))
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
     return True
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.records:
+    if session is None:
         return
-    from .table import LEGEND, render_tables
-
     tr = terminalreporter
-    tr.section("distbench results")
-    tr.line(LEGEND)
-    tr.line("")
-    tr.line(render_tables(session.records))
+    if session.records:
+        from .table import LEGEND, render_tables
+
+        tr.section("distbench results")
+        tr.line(LEGEND)
+        tr.line("")
+        tr.line(render_tables(session.records))
     if session.world_starts:
         starts = ", ".join(f"{key} {seconds:.2f} s" for key, seconds in session.world_starts)
         tr.line("")
         tr.line(f"worlds started: {starts}")
+    if session.comparison is not None:
+        from .report import render
+
+        tr.section("distbench comparison")
+        tr.line(render(session.comparison, "table").rstrip("\n"))
+    for line in config.stash.get(WARNINGS_KEY, []):
+        tr.line(line, yellow=True, bold=True)
     for line in session.notes:
         tr.line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    distbench = session.config.stash.get(SESSION_KEY, None)
+    config = session.config
+    distbench = config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return
     distbench.close()
-    path = session.config.getoption("distbench_json")
-    if path and distbench.records:
-        _write_results(session.config, distbench, Path(path))
-
-
-def _write_results(config: pytest.Config, distbench: DistbenchSession, path: Path) -> None:
+    if not distbench.records:
+        return
     from . import storage
     from .environment import controller_environment
 
     environment = controller_environment()
     environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
     document = storage.make_document(distbench.records, environment, list(sys.argv))
+    json_path = config.getoption("distbench_json")
+    if json_path:
+        _write(distbench, document, Path(json_path), overwrite=True, what="results file")
+    save_path = config.stash.get(SAVE_PATH_KEY, None)
+    if save_path is not None:
+        _write(distbench, document, save_path, overwrite=config.getoption("distbench_overwrite"),
+               what="baseline")
+    gate = config.stash.get(GATE_KEY, None)
+    if gate is not None:
+        threshold = settings_module.resolve(config).threshold
+        distbench.comparison = gate.comparison(document, threshold)
+
+
+def _write(distbench: DistbenchSession, document: dict[str, Any], path: Path, *,
+           overwrite: bool, what: str) -> None:
+    from . import storage
+
     existed = path.exists()
     try:
-        storage.write_document(document, path, overwrite=True)
-    except (OSError, storage.ResultsFileError) as exc:
-        distbench.notes.append(f"distbench: could not write --distbench-json {path}: {exc}")
+        storage.write_document(document, path, overwrite=overwrite)
+    except storage.ResultsFileExistsError:
+        distbench.notes.append(
+            f"distbench: {what} {path} appeared during the run; not replaced "
+            "(pass --distbench-overwrite to replace it)")
         return
-    verb = "replaced" if existed else "wrote"
-    distbench.notes.append(f"distbench: {verb} results file {path}")
+    except (OSError, storage.ResultsFileError) as exc:
+        distbench.notes.append(f"distbench: could not write {what} {path}: {exc}")
+        return
+    distbench.notes.append(f"distbench: {'replaced' if existed else 'wrote'} {what} {path}")

@@ -38,6 +38,7 @@ class DistbenchSession:
         self.worlds: dict[WorldKey, World] = {}
         self.world_starts: list[tuple[str, float]] = []
         self.notes: list[str] = []
+        self.comparison: Any = None  # verdict.Comparison of the whole run, when gating
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
@@ -104,7 +105,10 @@ class DistbenchSession:
 
     # -- tests --------------------------------------------------------------------------------
 
-    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey) -> None:
+    def run_item(
+        self, item: pytest.Function, settings: Settings, key: WorldKey
+    ) -> list[dict[str, Any]]:
+        """Run one test in its world; return its records, or fail/skip it as pytest does."""
         task = _task_for(item, settings)
         try:
             world = self.world(key, settings.timeout)
@@ -131,6 +135,7 @@ class DistbenchSession:
                 "a collective that computes the wrong answer is a failure, not a fast number",
                 pytrace=False,
             )
+        return records
 
 
 def _task_for(item: pytest.Function, settings: Settings) -> RunTest:

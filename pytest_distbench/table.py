@@ -33,7 +33,7 @@ def _render_group(rows: list[dict[str, Any]]) -> str:
         s = r["summary"]
         table.append(
             [
-                units.format_size(r["nbytes"]) if r["nbytes"] is not None else "-",
+                _size(r["nbytes"]),
                 r["count"] if r["count"] is not None else "-",
                 r["dtype"] or "-",
                 units.format_duration_us(s["p50"]),
@@ -55,6 +55,14 @@ def _render_group(rows: list[dict[str, Any]]) -> str:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {average:.3f} GB/s (decimal, from p50)"
     return text
+
+
+def _size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "-"
+    text = units.format_size(nbytes)
+    # A size rounded to fit the ranks (64 MiB - 4 B) must not print as a round 64 MiB.
+    return text if units.parse_size(text.replace(" ", "")) == nbytes else f"{nbytes} B"
 
 
 def _gbps(value: float | None) -> str:

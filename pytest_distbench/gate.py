@@ -1,0 +1,85 @@
+"""The regression gate inside a pytest session: baseline in, one verdict per benchmark out.
+
+Loaded once at configure time so a missing or damaged baseline stops the run before any rank
+starts, and judged per test so that each regression fails as its own test (JUnit XML and -x
+work); the whole-run comparison table is rendered at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import storage, verdict
+
+
+class Gate:
+    def __init__(self, path: Path, document: dict[str, Any], strict: bool) -> None:
+        self.path = path
+        self.document = document
+        self.baseline = storage.records(document)
+        self.strict = strict
+        self.verdicts: list[verdict.Verdict] = []
+
+    @classmethod
+    def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
+        try:
+            path = storage.resolve_baseline(name_or_path, baseline_dir)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--distbench-compare: {exc}") from None
+        try:
+            document = storage.read_document(path)
+        except storage.ResultsFileError as exc:
+            raise pytest.UsageError(f"--distbench-compare: {exc}") from None
+        return cls(path, document, strict)
+
+    def environment_differences(self, environment: dict[str, Any]) -> list[str]:
+        """What differs between the baseline's machine and this one (world sizes aside:
+        they are part of every benchmark id)."""
+        baseline_env = dict(self.document["distbench"]["environment"])
+        current = dict(environment)
+        baseline_env.pop("world_sizes", None)
+        current.pop("world_sizes", None)
+        return verdict.fingerprint_differences(baseline_env, current)
+
+    def judge(self, record: dict[str, Any], threshold: float) -> verdict.Verdict | None:
+        """The verdict for one fresh record, or None when the baseline lacks it."""
+        base = self.baseline.get(record["id"])
+        if base is None:
+            return None
+        threshold = record["threshold"] if record["threshold"] is not None else threshold
+        kind, change, p_value = verdict.judge(base["samples"], record["samples"], threshold)
+        result = verdict.Verdict(
+            id=record["id"],
+            kind=kind,
+            baseline_p50=base["summary"]["p50"],
+            current_p50=record["summary"]["p50"],
+            change=change,
+            p_value=p_value,
+            threshold=threshold,
+            name=record["name"],
+            family=record["family"],
+            nbytes=record["nbytes"],
+        )
+        self.verdicts.append(result)
+        return result
+
+    def failure_message(self, v: verdict.Verdict, current_samples: int) -> str:
+        baseline_samples = len(self.baseline[v.id]["samples"])
+        return (
+            f"performance regression against {self.path}: p50 {v.baseline_p50 * 1e6:.1f} us -> "
+            f"{v.current_p50 * 1e6:.1f} us ({v.change * 100:+.1f} %, threshold "
+            f"{v.threshold * 100:g} %); one-sided Mann-Whitney U p = {v.p_value:.2g} "
+            f"({baseline_samples} baseline vs {current_samples} current samples)"
+        )
+
+    def comparison(self, current_document: dict[str, Any], threshold: float) -> Any:
+        return verdict.compare_documents(
+            self.document,
+            current_document,
+            threshold=threshold,
+            baseline_label=str(self.path),
+            current_label="this run",
+        )

@@ -1,0 +1,115 @@
+"""Saving baselines and gating a run against one, in real pytest sessions with real ranks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+# A benchmark whose work is a busy wait of 3 ms, made SLOW times longer by an env variable:
+# a real, measured slowdown, which is what the gate must catch.
+BENCH = """
+import os, time, pytest, torch, torch.distributed as dist
+
+SLOW = float(os.environ.get("DISTBENCH_TEST_SLOW", "0"))
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+@pytest.mark.distbench(iterations=30, warmup=2)
+def test_work(distbench):
+    distbench.measure(lambda: spin(0.003 * (1 + SLOW)))
+
+@pytest.mark.distbench(iterations=30, warmup=2, threshold="900%")
+def test_tolerant(distbench):
+    distbench.measure(lambda: spin(0.003 * (1 + SLOW)))
+"""
+
+
+@pytest.fixture
+def bench(pytester):
+    pytester.makepyfile(test_bench=BENCH)
+    return pytester
+
+
+def test_save_then_refuse_to_overwrite(bench, distbench_run):
+    result = distbench_run("--distbench", "--distbench-save=main")
+    result.assert_outcomes(passed=2)
+    path = bench.path / "baselines" / "main.json"
+    result.stdout.fnmatch_lines([f"*wrote baseline {path}*"])
+    saved = path.read_bytes()
+    assert json.loads(saved)["distbench"]["schema_version"] == 1
+
+    again = distbench_run("--distbench", "--distbench-save=main")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["ERROR: --distbench-save: baseline *main.json already exists; "
+                                "pass --distbench-overwrite to replace it"])
+    assert path.read_bytes() == saved
+
+    replaced = distbench_run("--distbench", "--distbench-save=main", "--distbench-overwrite")
+    replaced.assert_outcomes(passed=2)
+    replaced.stdout.fnmatch_lines([f"*replaced baseline {path}*"])
+
+
+def test_real_slowdown_fails_its_own_test_with_the_figures(bench, distbench_run, monkeypatch):
+    distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=2)
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1.0")
+    result = distbench_run("--distbench", "--distbench-compare=main", "-rf")
+    # test_tolerant allows 900 % through its marker: only test_work regresses.
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*performance regression against *main.json: p50 * us -> * us (+*%, threshold 10 %); "
+        "one-sided Mann-Whitney U p = * (30 baseline vs 30 current samples)*",
+        "*distbench comparison*",
+        "*test_work?gloo-ws2?*regression*",
+        "*test_tolerant?gloo-ws2?*unchanged*",
+        "*1 regression, 0 improvements, 1 unchanged, 0 new, 0 missing*",
+    ])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_improvement_and_new_benchmarks_do_not_fail(bench, distbench_run, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1.0")
+    distbench_run("--distbench", "--distbench-save=slow").assert_outcomes(passed=2)
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "0")
+    bench.makepyfile(test_more="""
+        import pytest
+
+        @pytest.mark.distbench(iterations=5)
+        def test_new(distbench):
+            distbench.measure(lambda: None)
+    """)
+    result = distbench_run("--distbench", "--distbench-compare=slow")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*1 improvement*1 new*"])
+
+
+def test_damaged_or_missing_baseline_is_a_clear_usage_error(bench, distbench_run):
+    missing = distbench_run("--distbench", "--distbench-compare=nope")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["ERROR: --distbench-compare: *nope.json*"])
+    (bench.path / "baselines").mkdir()
+    (bench.path / "baselines" / "broken.json").write_text('{"benchmarks": [')
+    broken = distbench_run("--distbench", "--distbench-compare=broken")
+    assert broken.ret == pytest.ExitCode.USAGE_ERROR
+    broken.stderr.fnmatch_lines(["ERROR: --distbench-compare: *broken.json*"])
+    for result in (missing, broken):
+        assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_other_environment_warns_and_strict_refuses(bench, distbench_run):
+    distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=2)
+    path = bench.path / "baselines" / "main.json"
+    document = json.loads(path.read_text())
+    document["distbench"]["environment"]["torch"] = "1.0.0"
+    path.write_text(json.dumps(document))
+    warned = distbench_run("--distbench", "--distbench-compare=main")
+    warned.assert_outcomes(passed=2)
+    warned.stdout.fnmatch_lines(["*WARNING: baseline *main.json was measured in another "
+                                 "environment*", "*torch: 1.0.0 (baseline) vs *"])
+    strict = distbench_run("--distbench", "--distbench-compare=main", "--distbench-strict")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    strict.stderr.fnmatch_lines(["ERROR: --distbench-strict: baseline *main.json was measured "
+                                 "in another environment: torch: 1.0.0 (baseline) vs *"])
