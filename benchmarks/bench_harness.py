@@ -33,7 +33,8 @@ def naive_world_start(world_size: int) -> float:
     """Spawn world_size interpreters that import torch and join a gloo group."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "rank.py"
-        script.write_text(textwrap.dedent(f"""
+        script.write_text(
+            textwrap.dedent(f"""
             import sys, datetime
             import torch.distributed as dist
             store = dist.FileStore({str(Path(tmp) / "store")!r}, {world_size})
@@ -42,10 +43,10 @@ def naive_world_start(world_size: int) -> float:
                                     timeout=datetime.timedelta(seconds=120))
             dist.barrier()
             dist.destroy_process_group()
-        """))
+        """)
+        )
         began = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, str(script), str(r)])
-                 for r in range(world_size)]
+        procs = [subprocess.Popen([sys.executable, str(script), str(r)]) for r in range(world_size)]
         for p in procs:
             p.wait(timeout=300)
         return time.perf_counter() - began
@@ -73,8 +74,9 @@ def forkserver_world_starts(world_size: int, later: int) -> tuple[float, list[fl
             w.stop()
         print(json.dumps(times))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     times = json.loads(out.stdout.strip().splitlines()[-1])
     return times[0], times[1:]
 
@@ -103,7 +105,10 @@ def run_pytest(tmp: Path, source: str, *args: str) -> subprocess.CompletedProces
     (tmp / "conftest.py").write_text(CALL_TIMER)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-        cwd=tmp, capture_output=True, text=True, timeout=900,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -148,9 +153,16 @@ def plugin_all_reduce(tmp: Path, nbytes: int, iterations: int) -> dict:
     path = tmp / f"plugin-{nbytes}.json"
     if path.exists():
         path.unlink()
-    result = run_pytest(tmp, source, "--distbench", "--world-size=2", f"--tensor-size={nbytes}",
-                        f"--distbench-iterations={iterations}", "--distbench-warmup=20",
-                        f"--distbench-json={path}")
+    result = run_pytest(
+        tmp,
+        source,
+        "--distbench",
+        "--world-size=2",
+        f"--tensor-size={nbytes}",
+        f"--distbench-iterations={iterations}",
+        "--distbench-warmup=20",
+        f"--distbench-json={path}",
+    )
     if result.returncode != 0:
         raise SystemExit(result.stdout + result.stderr)
     record = json.loads(path.read_text())["benchmarks"][0]["distbench"]
@@ -180,7 +192,8 @@ def rank_main(rank, store_path, nbytes, iterations, queue):
 
 if __name__ == "__main__":
     nbytes, iterations, store_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    ctx = mp.get_context("fork")
+    # Fresh interpreters, as torchrun would start them.
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, store_path, nbytes, iterations, queue))
              for r in range(2)]
@@ -199,46 +212,161 @@ def hand_all_reduce(tmp: Path, nbytes: int, iterations: int) -> dict:
     script = tmp / "hand.py"
     script.write_text(HAND_LOOP)
     store = tmp / f"store-{time.monotonic_ns()}"
-    out = subprocess.run([sys.executable, str(script), str(nbytes), str(iterations), str(store)],
-                         capture_output=True, text=True, check=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, str(script), str(nbytes), str(iterations), str(store)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument(
+        "--sections",
+        default="start,overhead,fidelity,cross-check",
+        help="comma-separated subset of start,overhead,fidelity,cross-check",
+    )
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     rounds = 2 if args.quick else 3
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        print("== 1. world start, 8 ranks, gloo ==")
-        naive = naive_world_start(8)
-        first, later = forkserver_world_starts(8, later=5)
-        session_first, empty, plain = session_world_start_and_overhead(tmp, tests=60)
-        print(f"8 fresh interpreters importing torch : {naive:6.2f} s")
-        print(f"forkserver, cold (torch import incl.): {first:6.2f} s  "
-              f"({naive / first:.1f}x faster)")
-        print(f"first world in a pytest session      : {session_first:6.2f} s  "
-              "(forkserver warmed during collection)")
-        print(f"later worlds, median of {len(later)}          : "
-              f"{statistics.median(later):6.2f} s  ({naive / statistics.median(later):.0f}x "
-              "faster)")
-        print("== 2. per-test overhead, empty body, 8 ranks ==")
-        print(f"median call time of an empty distbench test: {empty * 1000:6.2f} ms "
-              f"(plain pytest test: {plain * 1000:.3f} ms)")
-        print("== 3. fidelity vs a hand-written torch loop, 2 ranks gloo, interleaved ==")
-        for nbytes, iterations, metric in ((4, 4000, "p50"), (64 << 20, 30, "busbw")):
-            plugin_values, hand_values = [], []
-            for _ in range(rounds):
-                plugin_values.append(plugin_all_reduce(tmp, nbytes, iterations)[metric])
-                hand_values.append(hand_all_reduce(tmp, nbytes, iterations)[metric])
-            p, h = statistics.median(plugin_values), statistics.median(hand_values)
-            unit = "us" if metric == "p50" else "GB/s"
-            scale = 1e6 if metric == "p50" else 1.0
-            print(f"all_reduce {nbytes:>9} B {metric:5}: plugin {p * scale:9.3f} {unit}, "
-                  f"hand {h * scale:9.3f} {unit}, ratio plugin/hand {p / h:.3f} "
-                  f"(rounds: plugin {[round(v * scale, 3) for v in plugin_values]}, "
-                  f"hand {[round(v * scale, 3) for v in hand_values]})")
+        if "start" in sections:
+            report_world_start(tmp)
+        if "overhead" in sections:
+            report_overhead(tmp)
+        if "fidelity" in sections:
+            report_fidelity(tmp, rounds, cross_check="cross-check" in sections)
+
+
+def report_world_start(tmp: Path) -> None:
+    print("== 1. world start, 8 ranks, gloo ==")
+    naive = naive_world_start(8)
+    first, later = forkserver_world_starts(8, later=5)
+    session_first, _, _ = session_world_start_and_overhead(tmp, tests=5)
+    print(f"8 fresh interpreters importing torch : {naive:6.2f} s")
+    print(f"forkserver, cold (torch import incl.): {first:6.2f} s  ({naive / first:.1f}x faster)")
+    print(
+        f"first world in a pytest session      : {session_first:6.2f} s  "
+        "(forkserver warmed during collection)"
+    )
+    print(
+        f"later worlds, median of {len(later)}          : "
+        f"{statistics.median(later):6.2f} s  ({naive / statistics.median(later):.0f}x "
+        "faster)"
+    )
+
+
+def report_overhead(tmp: Path) -> None:
+    print("== 2. per-test overhead, empty body, 8 ranks ==")
+    _, empty, plain = session_world_start_and_overhead(tmp, tests=100)
+    print(
+        f"median call time of an empty distbench test: {empty * 1000:6.2f} ms "
+        f"(plain pytest test: {plain * 1000:.3f} ms)"
+    )
+
+
+INTERLEAVED = """
+import json, os, time, pytest, torch, torch.distributed as dist
+
+ORDER = [(r, mode) for r in range({rounds}) for mode in ("plugin", "hand")]
+
+@pytest.mark.distbench(iterations={iterations}, warmup=20)
+@pytest.mark.parametrize("round_mode", ORDER, ids=[f"{{r}}-{{m}}" for r, m in ORDER])
+def test_fidelity(distbench, nbytes, round_mode):
+    x = torch.zeros(nbytes // 4)
+    if round_mode[1] == "plugin":
+        distbench.measure(lambda: dist.all_reduce(x), nbytes=nbytes, name="plugin")
+        return
+    # The loop a user writes with torch alone: warm up, barrier, time each call.
+    for _ in range(20):
+        dist.all_reduce(x)
+    dist.barrier()
+    times = []
+    for _ in range({iterations}):
+        t = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t)
+    name = f"hand-{{round_mode[0]}}-{{distbench.rank}}.json"
+    with open(os.path.join({out!r}, name), "w") as f:
+        json.dump(times, f)
+"""
+
+
+def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -> tuple:
+    """Plugin and hand loop alternate in the same rank processes of one session."""
+    out = tmp / f"hand-{nbytes}"
+    out.mkdir(exist_ok=True)
+    results = tmp / f"interleaved-{nbytes}.json"
+    source = INTERLEAVED.format(rounds=rounds, iterations=iterations, out=str(out))
+    result = run_pytest(
+        tmp,
+        source,
+        "--distbench",
+        "--world-size=2",
+        f"--tensor-size={nbytes}",
+        f"--distbench-json={results}",
+    )
+    if result.returncode != 0:
+        raise SystemExit(result.stdout + result.stderr)
+    plugin = [
+        b["distbench"]["summary"]["p50"] for b in json.loads(results.read_text())["benchmarks"]
+    ]
+    hand = []
+    for r in range(rounds):
+        ranks = [json.loads((out / f"hand-{r}-{rank}.json").read_text()) for rank in range(2)]
+        hand.append(statistics.median(max(pair) for pair in zip(*ranks, strict=True)))
+    return plugin, hand
+
+
+def report_fidelity(tmp: Path, rounds: int, cross_check: bool) -> None:
+    print("== 3. fidelity vs a hand-written torch loop, 2 ranks gloo ==")
+    print("interleaved in the same ranks of one session (plugin, hand, plugin, hand, ...):")
+    for nbytes, iterations in ((4, 2000), (64 << 20, 20)):
+        plugin, hand = interleaved_fidelity(tmp, nbytes, iterations, rounds * 4)
+        ratios = [p / h for p, h in zip(plugin, hand, strict=True)]
+        p, h = statistics.median(plugin), statistics.median(hand)
+        if nbytes == 4:
+            print(
+                f"  all_reduce 4 B p50: plugin {p * 1e6:.1f} us, hand {h * 1e6:.1f} us; "
+                f"ratio plugin/hand of medians {p / h:.3f}, median of per-round ratios "
+                f"{statistics.median(ratios):.3f}"
+            )
+            print(
+                f"    rounds (us): plugin {[round(v * 1e6, 1) for v in plugin]}, "
+                f"hand {[round(v * 1e6, 1) for v in hand]}"
+            )
+        else:
+            pb, hb = nbytes / p / 1e9, nbytes / h / 1e9
+            print(
+                f"  all_reduce 64 MiB busbw: plugin {pb:.3f} GB/s, hand {hb:.3f} GB/s; "
+                f"ratio plugin/hand of medians {pb / hb:.3f}, median of per-round ratios "
+                f"{statistics.median([1 / r for r in ratios]):.3f}"
+            )
+    if not cross_check:
+        return
+    print(
+        "cross-check, separate processes (hand loop in fresh spawned interpreters), "
+        "alternating runs:"
+    )
+    for nbytes, iterations, metric in ((4, 2000, "p50"), (64 << 20, 20, "busbw")):
+        plugin_values, hand_values = [], []
+        for _ in range(rounds):
+            plugin_values.append(plugin_all_reduce(tmp, nbytes, iterations)[metric])
+            hand_values.append(hand_all_reduce(tmp, nbytes, iterations)[metric])
+        p, h = statistics.median(plugin_values), statistics.median(hand_values)
+        unit = "us" if metric == "p50" else "GB/s"
+        scale = 1e6 if metric == "p50" else 1.0
+        print(
+            f"  all_reduce {nbytes:>9} B {metric:5}: plugin {p * scale:9.3f} {unit}, "
+            f"hand {h * scale:9.3f} {unit}, ratio {p / h:.3f} "
+            f"(rounds: plugin {[round(v * scale, 3) for v in plugin_values]}, "
+            f"hand {[round(v * scale, 3) for v in hand_values]})"
+        )
 
 
 if __name__ == "__main__":
