@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from pytest_distbench.report import FORMATS, render
 from pytest_distbench.storage import ResultsFileError, read_document
+from pytest_distbench.units import parse_fraction
 from pytest_distbench.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, METRICS, compare_documents
 
 PROG = "pytest-distbench"
@@ -29,30 +30,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse_fraction(text: str) -> float:
-    """'10%', '5 %', '0.1' -> 0.1, 0.05, 0.1.
-
-    A bare number of 1 or more is refused rather than guessed at: '10' is far more likely a
-    forgotten '%' than a 1000 % threshold.
-    """
-    raw = text.strip()
-    percent = raw.endswith("%")
-    number = raw[:-1].strip() if percent else raw
+    """The plugin's own threshold syntax, as an argparse type."""
     try:
-        value = float(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid threshold {text!r}: expected a percentage like '10%' or a fraction like '0.1'"
-        ) from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: must be >= 0 and finite")
-    if percent:
-        return value / 100
-    if value >= 1:
-        raise argparse.ArgumentTypeError(
-            f"ambiguous threshold {text!r}: write '{number}%' for a percentage, "
-            "or a fraction below 1 such as '0.1'"
-        )
-    return value
+        return parse_fraction(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parse_alpha(text: str) -> float:

@@ -191,7 +191,11 @@ def parse_duration(text: str) -> float:
 
 
 def parse_fraction(text: str) -> float:
-    """Parse a relative threshold: ``10%`` and ``0.1`` both give 0.1; must be in (0, 10)."""
+    """Parse a relative threshold: ``10%``, ``5 %`` and ``0.1`` give 0.1, 0.05, 0.1.
+
+    A bare number of 1 or more is refused rather than guessed at: ``10`` is far more likely a
+    forgotten ``%`` than a 1000 % threshold. The result is in [0, 10).
+    """
     m = _FLOAT_RE.fullmatch(text.strip())
     suffix = m.group(2).strip() if m else None
     if m is None or suffix not in ("", "%"):
@@ -200,12 +204,15 @@ def parse_fraction(text: str) -> float:
             f"such as 10%"
         )
     value = float(m.group(1))
+    if suffix == "" and value >= 1:
+        raise ValueError(
+            f"invalid fraction {text!r}: ambiguous; write {m.group(1)}% for a percentage, "
+            "or a fraction below 1 such as 0.1"
+        )
     if suffix == "%":
         value /= 100
-    if not 0 < value < 10:
-        raise ValueError(
-            f"invalid fraction {text!r}: must be greater than 0 and less than 10 (1000%)"
-        )
+    if not 0 <= value < 10:
+        raise ValueError(f"invalid fraction {text!r}: must be at least 0 and below 1000%")
     return value
 
 
