@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "distbench(**settings): a distributed benchmark run in every rank of a world; keywords "
-        "world_size, backend, tensor_size, dtype, warmup, iterations, budget, timeout, "
+        "world_size, backend, tensor_size, dtype, warmup, iterations, budget, bind, timeout, "
         "threshold override the command line and ini for this test",
     )
     if not config.getoption("distbench"):
@@ -227,7 +227,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     backend = params[BACKEND_ARG]
     resolved = _marker_settings(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
-    key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type)
+    key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, resolved.bind)
     reason = _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)

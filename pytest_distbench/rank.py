@@ -105,6 +105,15 @@ class _Rank:
         self.group = dist.group.WORLD
         # Barriers and calibration go through gloo on the host whatever backend is measured.
         self.control = self.group if spec.backend == "gloo" else dist.new_group(backend="gloo")
+        # The first collectives of a fresh world run slow (buffers, page faults); pay for
+        # them here rather than in the first benchmark.
+        warm = torch.zeros(1)
+        for _ in range(10):
+            dist.all_reduce(warm, group=self.control)
+        if spec.cpus:
+            # Only the calling thread: the backend's I/O threads, started above, stay free to
+            # run on another core instead of queueing behind the thread that waits for them.
+            os.sched_setaffinity(0, spec.cpus)
         self.tests_run = 0
         self.rpc_name: str | None = None
 

@@ -56,6 +56,13 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _bind(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("core", "none"):
+        raise ValueError(f"invalid binding {text!r}: expected core or none")
+    return value
+
+
 def _optional_count(text: str) -> int | None:
     return None if text.strip().lower() in ("", "auto") else _count(1)(text)
 
@@ -88,8 +95,11 @@ SETTINGS = (
             "fewest timed iterations when calibrating"),
     Setting("max_iterations", "--distbench-max-iterations", "10000", _count(1),
             "most timed iterations when calibrating"),
-    Setting("budget", "--distbench-budget", "0.25s", units.parse_duration,
+    Setting("budget", "--distbench-budget", "1s", units.parse_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
+    Setting("bind", "--distbench-bind", "core", _bind,
+            "pin rank r to the r-th usable CPU (round robin), as mpirun --bind-to core does; "
+            "'none' leaves placement to the scheduler"),
     Setting("timeout", "--distbench-timeout", "300s", units.parse_duration,
             "per-test timeout: a rank that has not answered by then is reported as hung"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
@@ -109,6 +119,7 @@ class Settings:
     min_iterations: int
     max_iterations: int
     budget: float
+    bind: str
     timeout: float
     threshold: float
 

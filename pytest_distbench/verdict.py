@@ -21,6 +21,9 @@ Kind = Literal["regression", "improvement", "unchanged", "new", "missing"]
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.01
+# Ten batches against ten: the smallest one-sided Mann-Whitney p-value is 1/184756, so a
+# consistent shift is significant at alpha=0.01 even though each side is only ten numbers.
+BATCHES = 10
 
 # The exact Mann-Whitney distribution is cheap for small samples but its cost explodes when one
 # side is large (5 vs 100000 samples takes minutes); past this many pairs the normal
@@ -100,8 +103,9 @@ def judge(
     improvement needs baseline p50 > current p50 x (1 + threshold), i.e. throughput up by more
     than the threshold, which makes judge(a, b) and judge(b, a) exact mirror images.
     """
-    base = sorted(float(x) for x in baseline_samples)
-    cur = sorted(float(x) for x in current_samples)
+    base_in_order = [float(x) for x in baseline_samples]
+    cur_in_order = [float(x) for x in current_samples]
+    base, cur = sorted(base_in_order), sorted(cur_in_order)
     if not base or not cur:
         raise ValueError("judge needs at least one baseline and one current sample")
     if not all(math.isfinite(x) for x in base + cur):
@@ -114,7 +118,9 @@ def judge(
     base_p50 = _median(base)
     cur_p50 = _median(cur)
     change = _ratio_change(base_p50, cur_p50)
-    p_slower, p_faster = _one_sided_p_values(base, cur)
+    p_slower, p_faster = _one_sided_p_values(
+        sorted(batch_medians(base_in_order)), sorted(batch_medians(cur_in_order))
+    )
 
     if cur_p50 > base_p50:
         p_value = p_slower
@@ -128,6 +134,21 @@ def judge(
     if base_p50 > cur_p50 * (1 + threshold) and p_faster < alpha:
         return "improvement", change, p_value
     return "unchanged", change, p_value
+
+
+def batch_medians(samples: Sequence[float], batches: int = BATCHES) -> list[float]:
+    """Medians of `batches` consecutive runs of samples, in time order.
+
+    Consecutive iterations are not independent: the loopback and the scheduler drift between
+    fast and slow states that last many iterations. A rank test on thousands of raw samples
+    then calls any such drift significant. Batch medians are close to independent, so the
+    test asks whether the run as a whole moved, not whether a few milliseconds of it did.
+    With fewer than two samples per batch the raw samples are used.
+    """
+    if len(samples) < 2 * batches:
+        return list(samples)
+    edges = [round(i * len(samples) / batches) for i in range(batches + 1)]
+    return [_median(samples[edges[i]:edges[i + 1]]) for i in range(batches)]
 
 
 def _median(values: Sequence[float]) -> float:

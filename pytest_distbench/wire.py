@@ -35,6 +35,7 @@ class RankSpec:
     store_prefix: str
     capture_path: str
     timeout_s: float
+    cpus: tuple[int, ...] | None = None  # CPU affinity of the rank, None to leave it alone
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,22 @@ class WorldKey:
     world_size: int
     backend: str
     device_type: str
+    bind: str = "none"
 
     def __str__(self) -> str:
         return f"{self.backend} ws{self.world_size} {self.device_type}"
+
+
+def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
+    """The CPU a rank is pinned to: round robin over the CPUs this process may use.
+
+    Unpinned ranks of a small world migrate between cores and their latency jumps between
+    modes from one test to the next; pinned, back-to-back runs agree (see docs/gating.md).
+    """
+    if bind != "core" or not hasattr(os, "sched_getaffinity"):
+        return None
+    usable = sorted(os.sched_getaffinity(0))
+    return (usable[rank % len(usable)],)
 
 
 class WorldStartError(Exception):
@@ -119,6 +132,7 @@ class World:
                 store_prefix=self.store_prefix,
                 capture_path=str(self.capture_paths[r]),
                 timeout_s=self.timeout_s,
+                cpus=rank_cpus(r, self.key.bind),
             )
             conn, child_conn = ctx.Pipe(duplex=True)
             lifeline_read, lifeline_write = ctx.Pipe(duplex=False)

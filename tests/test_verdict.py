@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pytest_distbench.storage import make_document
 from pytest_distbench.verdict import (
     Comparison,
+    batch_medians,
     compare_documents,
     fingerprint_differences,
     judge,
@@ -130,8 +131,25 @@ def test_heavy_tailed_real_slowdown_always_fails():
 def test_significant_but_small_shift_is_not_a_regression():
     base = [1e-4 * (1 + i * 1e-4) for i in range(200)]
     kind, change, p_value = judge(base, [x * 1.04 for x in base], 0.10)
-    assert p_value < 1e-6  # the test sees it...
+    assert p_value < 1e-4  # the test sees it (ten batch medians each side: p >= 5.4e-6)...
     assert kind == "unchanged"  # ...but 4 % is under the threshold
+
+
+def test_drift_inside_a_run_is_not_significant():
+    # Both runs drift between a fast and a slow state that each last many iterations; the
+    # current run happens to spend a little longer in the slow one. Raw samples would call that
+    # significant; the batches do not, and the p50 barely moves.
+    fast, slow = [1e-4] * 20, [1.5e-4] * 20
+    base = (fast + slow) * 5
+    cur = (slow + fast) * 4 + slow + slow
+    kind, change, p_value = judge(base, cur, 0.0)
+    assert kind == "unchanged", (change, p_value)
+
+
+def test_batch_medians_keep_time_order():
+    samples = [1.0] * 10 + [2.0] * 10
+    assert batch_medians(samples, batches=2) == [1.0, 2.0]
+    assert batch_medians([3.0, 1.0], batches=10) == [3.0, 1.0]  # too few: raw samples
 
 
 def test_large_but_insignificant_shift_is_not_a_regression():
