@@ -17,7 +17,13 @@ from typing import NoReturn
 from pytest_distbench.report import FORMATS, render
 from pytest_distbench.storage import ResultsFileError, read_document
 from pytest_distbench.units import parse_fraction
-from pytest_distbench.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, METRICS, compare_documents
+from pytest_distbench.verdict import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    METRICS,
+    compare_documents,
+    speed_difference,
+)
 
 PROG = "pytest-distbench"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -147,6 +153,12 @@ def _compare(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
         if args.strict:
             status = EXIT_FAILED
+
+    for doc, label in zip(docs[1:], labels[1:], strict=True):
+        speed = speed_difference(docs[0]["distbench"]["environment"],
+                                 doc["distbench"]["environment"])
+        if speed:
+            print(f"{PROG}: WARNING: {label}: {speed}", file=sys.stderr)
 
     if args.fail_on_regression:
         regressed = [(c.current_label, v) for c in comparisons for v in c.regressions]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import statistics
 import sys
+import time
 from typing import Any
 
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_DISTRIBUTED", "TP_", "OMP_NUM_THREADS", "USE_LIBUV")
@@ -20,6 +22,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_probe() -> float:
+    """Seconds a fixed pure-Python loop takes now (median of 7): the machine's current speed.
+
+    A shared VM can run the same code at half speed after sustained load; a results file that
+    records this lets a comparison say so instead of blaming the code.
+    """
+    times = []
+    for _ in range(7):
+        began = time.perf_counter()
+        total = 0
+        for i in range(100_000):
+            total += i
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
 
 
 def relevant_env() -> dict[str, str]:

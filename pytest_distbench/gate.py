@@ -21,7 +21,6 @@ class Gate:
         self.document = document
         self.baseline = storage.records(document)
         self.strict = strict
-        self.verdicts: list[verdict.Verdict] = []
 
     @classmethod
     def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
@@ -49,22 +48,7 @@ class Gate:
         base = self.baseline.get(record["id"])
         if base is None:
             return None
-        threshold = record["threshold"] if record["threshold"] is not None else threshold
-        kind, change, p_value = verdict.judge(base["samples"], record["samples"], threshold)
-        result = verdict.Verdict(
-            id=record["id"],
-            kind=kind,
-            baseline_p50=base["summary"]["p50"],
-            current_p50=record["summary"]["p50"],
-            change=change,
-            p_value=p_value,
-            threshold=threshold,
-            name=record["name"],
-            family=record["family"],
-            nbytes=record["nbytes"],
-        )
-        self.verdicts.append(result)
-        return result
+        return verdict.judge_records(base, record, threshold)
 
     def failure_message(self, v: verdict.Verdict, current_samples: int) -> str:
         baseline_samples = len(self.baseline[v.id]["samples"])

@@ -53,7 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
     _configure_baselines(config)
+    from .environment import cpu_probe
+
     session = DistbenchSession()
+    session.cpu_probes.append(cpu_probe())
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
     from .world import warm_up_forkserver
@@ -280,10 +283,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not distbench.records:
         return
     from . import storage
-    from .environment import controller_environment
+    from .environment import controller_environment, cpu_probe
 
+    distbench.cpu_probes.append(cpu_probe())
     environment = controller_environment()
     environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
+    environment["cpu_probe_s"] = distbench.cpu_probes
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     json_path = config.getoption("distbench_json")
     if json_path:
@@ -294,8 +299,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                what="baseline")
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
+        from .verdict import speed_difference
+
         threshold = settings_module.resolve(config).threshold
         distbench.comparison = gate.comparison(document, threshold)
+        speed = speed_difference(gate.document["distbench"]["environment"], environment)
+        if speed:
+            config.stash.setdefault(WARNINGS_KEY, []).append(f"WARNING: {speed}")
 
 
 def _write(distbench: DistbenchSession, document: dict[str, Any], path: Path, *,

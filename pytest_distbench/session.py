@@ -39,6 +39,7 @@ class DistbenchSession:
         self.world_starts: list[tuple[str, float]] = []
         self.notes: list[str] = []
         self.comparison: Any = None  # verdict.Comparison of the whole run, when gating
+        self.cpu_probes: list[float] = []  # machine speed at start and end (environment)
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0

@@ -191,6 +191,36 @@ def _one_sided_p_values(base: list[float], cur: list[float]) -> tuple[float, flo
     return p_x_greater, p_x_less
 
 
+def judge_records(
+    base: dict[str, Any],
+    cur: dict[str, Any],
+    threshold: float,
+    *,
+    metric: str = "p50",
+    alpha: float = DEFAULT_ALPHA,
+) -> Verdict:
+    """The verdict for one benchmark present in both runs (validated records)."""
+    kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
+    base_value = base["summary"][metric]
+    cur_value = cur["summary"][metric]
+    return Verdict(
+        id=cur["id"],
+        kind=kind,
+        baseline_p50=_median(base["samples"]),
+        current_p50=_median(cur["samples"]),
+        change=change,
+        p_value=p_value,
+        threshold=threshold,
+        name=cur["name"],
+        family=cur["family"],
+        nbytes=cur.get("nbytes"),
+        metric=metric,
+        baseline_value=base_value,
+        current_value=cur_value,
+        metric_change=_ratio_change(base_value, cur_value),
+    )
+
+
 def compare_documents(
     baseline_doc: dict[str, Any],
     current_doc: dict[str, Any],
@@ -220,27 +250,7 @@ def compare_documents(
         if base is None:
             verdicts.append(_one_sided(benchmark_id, "new", cur, limit, metric, current=True))
             continue
-        kind, change, p_value = judge(base["samples"], cur["samples"], limit, alpha)
-        base_value = base["summary"][metric]
-        cur_value = cur["summary"][metric]
-        verdicts.append(
-            Verdict(
-                id=benchmark_id,
-                kind=kind,
-                baseline_p50=_median(base["samples"]),
-                current_p50=_median(cur["samples"]),
-                change=change,
-                p_value=p_value,
-                threshold=limit,
-                name=cur["name"],
-                family=cur["family"],
-                nbytes=cur.get("nbytes"),
-                metric=metric,
-                baseline_value=base_value,
-                current_value=cur_value,
-                metric_change=_ratio_change(base_value, cur_value),
-            )
-        )
+        verdicts.append(judge_records(base, cur, limit, metric=metric, alpha=alpha))
     for benchmark_id, base in base_records.items():
         if benchmark_id not in cur_records:
             limit = _threshold_for(None, base, threshold)
@@ -324,3 +334,33 @@ def _describe(value: Any) -> str:
         inner = ", ".join(f"{k}={_describe(v)}" for k, v in value.items())
         return "{" + inner + "}"
     return str(value)
+
+
+def speed_difference(
+    baseline_env: dict[str, Any], current_env: dict[str, Any], tolerance: float = 0.10
+) -> str | None:
+    """A line when the machine itself ran at another speed in the two runs, else None.
+
+    Both runs time a fixed CPU loop at their start and end (environment "cpu_probe_s"); a
+    difference beyond `tolerance` means the verdicts may reflect the machine, not the code.
+    """
+    base = _probe(baseline_env)
+    cur = _probe(current_env)
+    if base is None or cur is None or base <= 0:
+        return None
+    ratio = cur / base
+    if abs(ratio - 1) <= tolerance:
+        return None
+    return (
+        f"machine speed: a fixed CPU loop took {cur * 1e3:.1f} ms in the current run vs "
+        f"{base * 1e3:.1f} ms in the baseline ({ratio:.2f}x); the machine itself "
+        f"{'slowed down' if ratio > 1 else 'sped up'}, so verdicts may not come from the code"
+    )
+
+
+def _probe(environment: dict[str, Any]) -> float | None:
+    values = environment.get("cpu_probe_s")
+    if not isinstance(values, list):
+        return None
+    numbers = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    return _median(numbers) if numbers else None

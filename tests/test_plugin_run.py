@@ -116,7 +116,10 @@ def test_results_file_holds_per_iteration_max_of_rank_samples(pytester, distbenc
     # The slowest rank sleeps 2 ms: per-iteration max is at least that.
     assert min(custom["samples"]) >= 0.002
     assert custom["skew"] > 1.3
-    assert document["distbench"]["environment"]["cpu_count"] >= 1
+    environment = document["distbench"]["environment"]
+    assert environment["cpu_count"] >= 1
+    # The machine's speed at the start and the end of the run, for comparisons to check.
+    assert len(environment["cpu_probe_s"]) == 2 and min(environment["cpu_probe_s"]) > 0
 
 
 def test_calibration_gives_every_rank_the_same_count(pytester, distbench_run):

@@ -16,6 +16,7 @@ from pytest_distbench.verdict import (
     compare_documents,
     fingerprint_differences,
     judge,
+    speed_difference,
 )
 
 ENVIRONMENT = {
@@ -296,3 +297,13 @@ def test_compare_documents_carries_fingerprint():
     assert comparison.fingerprint_differences == (
         "torch: 2.12.0 (baseline) vs 2.13.0+cpu (current)",
     )
+
+
+def test_speed_difference_reports_a_machine_that_slowed_down():
+    slow = speed_difference({"cpu_probe_s": [0.005, 0.006]}, {"cpu_probe_s": [0.011, 0.012]})
+    assert slow is not None and "2.09x" in slow and "slowed down" in slow
+    assert "sped up" in speed_difference({"cpu_probe_s": [0.01]}, {"cpu_probe_s": [0.005]})
+    assert speed_difference({"cpu_probe_s": [0.005]}, {"cpu_probe_s": [0.0052]}) is None
+    # Files from before the probe, or with junk in it, give no line rather than an error.
+    assert speed_difference({}, {"cpu_probe_s": [0.005]}) is None
+    assert speed_difference({"cpu_probe_s": ["x", -1]}, {"cpu_probe_s": [0.005]}) is None
