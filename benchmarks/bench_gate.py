@@ -54,9 +54,14 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
 
 
 def compare(a: Path, b: Path) -> verdict.Comparison:
-    return verdict.compare_documents(
-        storage.read_document(a), storage.read_document(b), threshold=verdict.DEFAULT_THRESHOLD
-    )
+    first, second = storage.read_document(a), storage.read_document(b)
+    probes = [d["distbench"]["environment"].get("cpu_probe_s") for d in (first, second)]
+    print(f"  machine speed probe (s, start/end): {a.name} {probes[0]}, {b.name} {probes[1]}")
+    speed = verdict.speed_difference(first["distbench"]["environment"],
+                                     second["distbench"]["environment"])
+    if speed:
+        print(f"  WARNING {speed}")
+    return verdict.compare_documents(first, second, threshold=verdict.DEFAULT_THRESHOLD)
 
 
 def iterations(path: Path) -> list[int]:
