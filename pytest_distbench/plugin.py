@@ -54,14 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
     _configure_baselines(config)
     from .environment import cpu_probe
+    from .world import warm_up_forkserver
 
+    warm_up_forkserver()  # its torch import overlaps collection
     session = DistbenchSession()
     session.cpu_probes.append(cpu_probe())
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
-    from .world import warm_up_forkserver
-
-    warm_up_forkserver()
 
 
 def _configure_baselines(config: pytest.Config) -> None:
