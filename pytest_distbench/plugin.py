@@ -56,9 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .environment import cpu_probe
     from .world import warm_up_forkserver
 
-    warm_up_forkserver()  # its torch import overlaps collection
     session = DistbenchSession()
+    # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
+    warm_up_forkserver()  # its torch import overlaps collection
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
 
