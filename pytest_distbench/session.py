@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import pickle
 import shutil
 import sys
@@ -202,16 +201,6 @@ def _raise_for_problems(result: RunResult, timeout_s: float) -> None:
         pytest.fail("\n\n".join(parts), pytrace=False)
 
 
-def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return repr(value)
-
-
 def build_records(
     item: pytest.Function, key: WorldKey, result: RunResult, settings: Settings
 ) -> list[dict[str, Any]]:
@@ -225,11 +214,12 @@ def build_records(
             "every rank must measure the same things",
             pytrace=False,
         )
+    callspec = getattr(item, "callspec", None)
+    # storage turns values JSON cannot hold into their repr when the file is written.
     params = {
-        k: _json_safe(v)
-        for k, v in getattr(item, "callspec", None).params.items()
-        if not k.startswith("distbench_")
-    } if hasattr(item, "callspec") else {}
+        k: v for k, v in (callspec.params.items() if callspec else ()) if not k.startswith(
+            "distbench_")
+    }
     marker = item.get_closest_marker("distbench")
     threshold = settings.threshold if marker and "threshold" in marker.kwargs else None
     records = []
