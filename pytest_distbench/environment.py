@@ -78,3 +78,13 @@ def rank_environment(backend: str, device: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a version string is best effort
             info["nccl"] = None
     return info
+
+
+def merge_rank_facts(environment: dict[str, Any], rank_infos: list[dict[str, Any]]) -> None:
+    """Fold what the ranks reported (GPU names, NCCL version) into the run's environment."""
+    gpus = sorted({info["gpu"] for info in rank_infos if info.get("gpu")})
+    if gpus:
+        environment["gpus"] = gpus
+    nccl = sorted({info["nccl"] for info in rank_infos if info.get("nccl")})
+    if nccl:
+        environment["nccl"] = nccl[0] if len(nccl) == 1 else nccl

@@ -283,10 +283,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not distbench.records:
         return
     from . import storage
-    from .environment import controller_environment, cpu_probe
+    from .environment import controller_environment, cpu_probe, merge_rank_facts
 
     distbench.cpu_probes.append(cpu_probe())
     environment = controller_environment()
+    merge_rank_facts(environment, distbench.rank_infos)
     environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
     environment["cpu_probe_s"] = distbench.cpu_probes
     document = storage.make_document(distbench.records, environment, list(sys.argv))

@@ -39,6 +39,7 @@ class DistbenchSession:
         self.notes: list[str] = []
         self.comparison: Any = None  # verdict.Comparison of the whole run, when gating
         self.cpu_probes: list[float] = []  # machine speed at start and end (environment)
+        self.rank_infos: list[dict[str, Any]] = []  # what each started rank saw (GPU, NCCL)
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
@@ -65,6 +66,7 @@ class DistbenchSession:
         )
         world.start(START_TIMEOUT_S)
         self.world_starts.append((str(key), world.start_s))
+        self.rank_infos.extend(world.info.values())
         self.worlds[key] = world
         return world
 
