@@ -46,7 +46,10 @@ def test_work(distbench, trial):
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=3600,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=3600,
         env=None if env is None else {**__import__("os").environ, **env},
     )
     if result.returncode != 0:
@@ -57,8 +60,9 @@ def compare(a: Path, b: Path) -> verdict.Comparison:
     first, second = storage.read_document(a), storage.read_document(b)
     probes = [d["distbench"]["environment"].get("cpu_probe_s") for d in (first, second)]
     print(f"  machine speed probe (s, start/end): {a.name} {probes[0]}, {b.name} {probes[1]}")
-    speed = verdict.speed_difference(first["distbench"]["environment"],
-                                     second["distbench"]["environment"])
+    speed = verdict.speed_difference(
+        first["distbench"]["environment"], second["distbench"]["environment"]
+    )
     if speed:
         print(f"  WARNING {speed}")
     return verdict.compare_documents(first, second, threshold=verdict.DEFAULT_THRESHOLD)
@@ -77,16 +81,24 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        print(f"== A/A: collectives suite, ws{args.world_size}, {args.pairs} pair(s) ==",
-              flush=True)
+        print(
+            f"== A/A: collectives suite, ws{args.world_size}, {args.pairs} pair(s) ==", flush=True
+        )
         regressions = improvements = compared = 0
         counts: list[int] = []
         for pair in range(args.pairs):
             paths = [tmp / f"aa-{pair}-{side}.json" for side in "ab"]
             for path in paths:
-                run(["--distbench", f"--world-size={args.world_size}",
-                     f"--tensor-size={args.tensor_size}", f"--distbench-json={path}",
-                     str(ROOT / "pytest_distbench" / "suites")], cwd=tmp)
+                run(
+                    [
+                        "--distbench",
+                        f"--world-size={args.world_size}",
+                        f"--tensor-size={args.tensor_size}",
+                        f"--distbench-json={path}",
+                        str(ROOT / "pytest_distbench" / "suites"),
+                    ],
+                    cwd=tmp,
+                )
             comparison = compare(*paths)
             regressions += len(comparison.regressions)
             improvements += len(comparison.of_kind("improvement"))
@@ -95,15 +107,20 @@ def main() -> None:
             for v in comparison.regressions:
                 print(f"  false regression: {v.name} {v.change * 100:+.1f} % p={v.p_value:.2g}")
         clean = 1 - regressions / compared
-        print(f"A/A: {regressions} regression verdicts, {improvements} improvement verdicts "
-              f"out of {compared} compared benchmarks: {clean * 100:.1f} % clean "
-              f"(target >= 99 %)")
-        print(f"timed iterations per benchmark: min {min(counts)}, median "
-              f"{sorted(counts)[len(counts) // 2]}, max {max(counts)}")
+        print(
+            f"A/A: {regressions} regression verdicts, {improvements} improvement verdicts "
+            f"out of {compared} compared benchmarks: {clean * 100:.1f} % clean "
+            f"(target >= 99 %)"
+        )
+        print(
+            f"timed iterations per benchmark: min {min(counts)}, median "
+            f"{sorted(counts)[len(counts) // 2]}, max {max(counts)}"
+        )
 
         print(f"== real 20 % slowdown, {args.trials} trials ==", flush=True)
         (tmp / "test_slowdown.py").write_text(
-            textwrap.dedent(SLOWDOWN_BENCH.format(trials=args.trials)))
+            textwrap.dedent(SLOWDOWN_BENCH.format(trials=args.trials))
+        )
         base, slow = tmp / "base.json", tmp / "slow.json"
         common = ["--distbench", f"--world-size={args.world_size}", "test_slowdown.py"]
         run([*common, f"--distbench-json={base}"], cwd=tmp, env={"DISTBENCH_SLOWDOWN": "0"})
@@ -111,10 +128,12 @@ def main() -> None:
         comparison = compare(base, slow)
         flagged = len(comparison.regressions)
         changes = sorted(v.change for v in comparison.verdicts)
-        print(f"slowdown: flagged {flagged} of {len(comparison.verdicts)} trials: "
-              f"{flagged / len(comparison.verdicts) * 100:.1f} % (target >= 95 %); measured p50 "
-              f"change median {changes[len(changes) // 2] * 100:+.1f} %, range "
-              f"{changes[0] * 100:+.1f} % .. {changes[-1] * 100:+.1f} %")
+        print(
+            f"slowdown: flagged {flagged} of {len(comparison.verdicts)} trials: "
+            f"{flagged / len(comparison.verdicts) * 100:.1f} % (target >= 95 %); measured p50 "
+            f"change median {changes[len(changes) // 2] * 100:+.1f} %, range "
+            f"{changes[0] * 100:+.1f} % .. {changes[-1] * 100:+.1f} %"
+        )
         print(f"timed iterations per benchmark: {sorted(set(iterations(slow)))}")
         print(json.dumps({"aa_clean": clean, "slowdown_flagged": flagged / args.trials}))
 

@@ -227,8 +227,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument(
         "--sections",
-        default="start,overhead,fidelity,cross-check",
-        help="comma-separated subset of start,overhead,fidelity,cross-check",
+        default="start,overhead,cost,fidelity,cross-check",
+        help="comma-separated subset of start,overhead,cost,fidelity,cross-check",
     )
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -239,6 +239,8 @@ def main() -> None:
             report_world_start(tmp)
         if "overhead" in sections:
             report_overhead(tmp)
+        if "cost" in sections:
+            report_timing_cost()
         if "fidelity" in sections:
             report_fidelity(tmp, rounds, cross_check="cross-check" in sections)
 
@@ -273,7 +275,9 @@ def report_overhead(tmp: Path) -> None:
 INTERLEAVED = """
 import json, os, time, pytest, torch, torch.distributed as dist
 
-ORDER = [(r, mode) for r in range({rounds}) for mode in ("plugin", "hand")]
+# Alternate which goes first, so that an order effect cannot pass for a harness cost.
+ORDER = [(r, mode) for r in range({rounds})
+         for mode in (("plugin", "hand") if r % 2 == 0 else ("hand", "plugin"))]
 
 @pytest.mark.distbench(iterations={iterations}, warmup=20)
 @pytest.mark.parametrize("round_mode", ORDER, ids=[f"{{r}}-{{m}}" for r, m in ORDER])
@@ -323,11 +327,54 @@ def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -
     return plugin, hand
 
 
+def report_timing_cost() -> None:
+    """What the timed loop itself adds per iteration, without any communication noise."""
+    import torch
+
+    from pytest_distbench.measure import Distbench
+    from pytest_distbench.wire import MeasureSettings
+
+    bench = Distbench(
+        rank=0,
+        world_size=1,
+        backend="gloo",
+        device=torch.device("cpu"),
+        group=None,
+        control_group=None,
+        settings=MeasureSettings(1, 1, 1, 1, 1.0, "float32"),
+    )
+
+    def nothing() -> None:
+        return None
+
+    n = 200_000
+    costs = {"plugin": [], "hand": []}
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(n):
+            bench._timed_call(nothing)
+        costs["plugin"].append((time.perf_counter() - began) / n)
+        began = time.perf_counter()
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            nothing()
+            times.append(time.perf_counter() - t)
+        costs["hand"].append((time.perf_counter() - began) / n)
+    plugin, hand = statistics.median(costs["plugin"]), statistics.median(costs["hand"])
+    print("== timing loop cost per iteration, empty callable ==")
+    print(
+        f"plugin {plugin * 1e6:.2f} us, hand-written loop {hand * 1e6:.2f} us: the harness adds "
+        f"{(plugin - hand) * 1e6:.2f} us per iteration"
+    )
+
+
 def report_fidelity(tmp: Path, rounds: int, cross_check: bool) -> None:
     print("== 3. fidelity vs a hand-written torch loop, 2 ranks gloo ==")
-    print("interleaved in the same ranks of one session (plugin, hand, plugin, hand, ...):")
-    for nbytes, iterations in ((4, 2000), (64 << 20, 20)):
-        plugin, hand = interleaved_fidelity(tmp, nbytes, iterations, rounds * 4)
+    print("interleaved in the same ranks of one session (plugin, hand, hand, plugin, ...):")
+    # Rounds are cheap for 4 B and the noise per round is about +-20 % here: take many.
+    for nbytes, iterations, n_rounds in ((4, 1000, rounds * 10), (64 << 20, 20, rounds * 4)):
+        plugin, hand = interleaved_fidelity(tmp, nbytes, iterations, n_rounds)
         ratios = [p / h for p, h in zip(plugin, hand, strict=True)]
         p, h = statistics.median(plugin), statistics.median(hand)
         if nbytes == 4:
@@ -336,9 +383,10 @@ def report_fidelity(tmp: Path, rounds: int, cross_check: bool) -> None:
                 f"ratio plugin/hand of medians {p / h:.3f}, median of per-round ratios "
                 f"{statistics.median(ratios):.3f}"
             )
+            quartiles = statistics.quantiles(ratios, n=4)
             print(
-                f"    rounds (us): plugin {[round(v * 1e6, 1) for v in plugin]}, "
-                f"hand {[round(v * 1e6, 1) for v in hand]}"
+                f"    {len(ratios)} rounds; per-round ratio quartiles "
+                f"{quartiles[0]:.3f} / {quartiles[1]:.3f} / {quartiles[2]:.3f}"
             )
         else:
             pb, hb = nbytes / p / 1e9, nbytes / h / 1e9
