@@ -7,6 +7,7 @@ Prints, on this machine:
      forked from the preloaded forkserver, first and later; and the first world as a pytest
      session sees it;
   2. per-test overhead of the harness around an empty body in an 8-rank world;
+     and what the timing loop itself adds per iteration, with no communication at all;
   3. fidelity: p50 of a 4-byte all_reduce and busbw of a 64 MiB all_reduce in a 2-rank gloo
      world, through the plugin vs the same loop written by hand with torch alone, interleaved.
 Absolute times on a shared 2-core machine mean little; read the ratios.
