@@ -276,9 +276,10 @@ def report_overhead(tmp: Path) -> None:
 INTERLEAVED = """
 import json, os, time, pytest, torch, torch.distributed as dist
 
-# Alternate which goes first, so that an order effect cannot pass for a harness cost.
-ORDER = [(r, mode) for r in range({rounds})
-         for mode in (("plugin", "hand") if r % 2 == 0 else ("hand", "plugin"))]
+# Rotate which goes first, so that an order effect cannot pass for a harness cost; "control"
+# is the hand loop again, to show how well two identical loops agree on this machine.
+MODES = ("plugin", "hand", "control")
+ORDER = [(r, MODES[(r + i) % 3]) for r in range({rounds}) for i in range(3)]
 
 @pytest.mark.distbench(iterations={iterations}, warmup=20)
 @pytest.mark.parametrize("round_mode", ORDER, ids=[f"{{r}}-{{m}}" for r, m in ORDER])
@@ -296,14 +297,14 @@ def test_fidelity(distbench, nbytes, round_mode):
         t = time.perf_counter()
         dist.all_reduce(x)
         times.append(time.perf_counter() - t)
-    name = f"hand-{{round_mode[0]}}-{{distbench.rank}}.json"
+    name = f"{{round_mode[1]}}-{{round_mode[0]}}-{{distbench.rank}}.json"
     with open(os.path.join({out!r}, name), "w") as f:
         json.dump(times, f)
 """
 
 
 def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -> tuple:
-    """Plugin and hand loop alternate in the same rank processes of one session."""
+    """Plugin, hand loop and the hand loop again take turns in the same rank processes."""
     out = tmp / f"hand-{nbytes}"
     out.mkdir(exist_ok=True)
     results = tmp / f"interleaved-{nbytes}.json"
@@ -321,11 +322,13 @@ def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -
     plugin = [
         b["distbench"]["summary"]["p50"] for b in json.loads(results.read_text())["benchmarks"]
     ]
-    hand = []
-    for r in range(rounds):
-        ranks = [json.loads((out / f"hand-{r}-{rank}.json").read_text()) for rank in range(2)]
-        hand.append(statistics.median(max(pair) for pair in zip(*ranks, strict=True)))
-    return plugin, hand
+    loops = {}
+    for mode in ("hand", "control"):
+        loops[mode] = []
+        for r in range(rounds):
+            ranks = [json.loads((out / f"{mode}-{r}-{rank}.json").read_text()) for rank in range(2)]
+            loops[mode].append(statistics.median(max(p) for p in zip(*ranks, strict=True)))
+    return plugin, loops["hand"], loops["control"]
 
 
 def report_timing_cost() -> None:
@@ -372,29 +375,30 @@ def report_timing_cost() -> None:
 
 def report_fidelity(tmp: Path, rounds: int, cross_check: bool) -> None:
     print("== 3. fidelity vs a hand-written torch loop, 2 ranks gloo ==")
-    print("interleaved in the same ranks of one session (plugin, hand, hand, plugin, ...):")
+    print("interleaved in the same ranks of one session, order rotating each round:")
     # Rounds are cheap for 4 B and the noise per round is about +-20 % here: take many.
     for nbytes, iterations, n_rounds in ((4, 1000, rounds * 10), (64 << 20, 20, rounds * 4)):
-        plugin, hand = interleaved_fidelity(tmp, nbytes, iterations, n_rounds)
-        ratios = [p / h for p, h in zip(plugin, hand, strict=True)]
-        p, h = statistics.median(plugin), statistics.median(hand)
+        plugin, hand, control = interleaved_fidelity(tmp, nbytes, iterations, n_rounds)
         if nbytes == 4:
-            print(
-                f"  all_reduce 4 B p50: plugin {p * 1e6:.1f} us, hand {h * 1e6:.1f} us; "
-                f"ratio plugin/hand of medians {p / h:.3f}, median of per-round ratios "
-                f"{statistics.median(ratios):.3f}"
-            )
-            quartiles = statistics.quantiles(ratios, n=4)
-            print(
-                f"    {len(ratios)} rounds; per-round ratio quartiles "
-                f"{quartiles[0]:.3f} / {quartiles[1]:.3f} / {quartiles[2]:.3f}"
-            )
+            label, unit, scale = "4 B all_reduce p50 (time)", "us", 1e6
         else:
-            pb, hb = nbytes / p / 1e9, nbytes / h / 1e9
+            label, unit, scale = "64 MiB all_reduce busbw", "GB/s", 1.0
+            plugin, hand, control = (
+                [nbytes / t / 1e9 for t in xs] for xs in (plugin, hand, control)
+            )
+        print(
+            f"  {label}: medians plugin {statistics.median(plugin) * scale:.3f} {unit}, "
+            f"hand {statistics.median(hand) * scale:.3f} {unit} ({len(plugin)} rounds)"
+        )
+        for name, other in (
+            ("plugin/hand", plugin),
+            ("control/hand (two identical hand loops)", control),
+        ):
+            ratios = [a / b for a, b in zip(other, hand, strict=True)]
+            q = statistics.quantiles(ratios, n=4)
             print(
-                f"  all_reduce 64 MiB busbw: plugin {pb:.3f} GB/s, hand {hb:.3f} GB/s; "
-                f"ratio plugin/hand of medians {pb / hb:.3f}, median of per-round ratios "
-                f"{statistics.median([1 / r for r in ratios]):.3f}"
+                f"    {name}: median of per-round ratios {q[1]:.3f}, "
+                f"quartiles {q[0]:.3f} .. {q[2]:.3f}"
             )
     if not cross_check:
         return
