@@ -27,9 +27,7 @@ DTYPES = {
 
 
 def _backends(text: str) -> list[str]:
-    names = [part.strip().lower() for part in text.split(",") if part.strip()]
-    if not names:
-        raise ValueError(f"invalid backend {text!r}: expected one of {', '.join(BACKENDS)}")
+    names = [item.lower() for item in units.split_list(text, "backend", ", ".join(BACKENDS))]
     for name in names:
         if name not in BACKENDS:
             raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(BACKENDS)}")

@@ -127,22 +127,25 @@ def _parse_range(item: str) -> list[int]:
     return points
 
 
+def split_list(text: str, what: str, expected: str) -> list[str]:
+    """The stripped items of a comma-separated list; an empty list or item is an error."""
+    if not text.strip():
+        raise ValueError(f"invalid {what} {text!r}: expected {expected}")
+    items = [raw.strip() for raw in text.split(",")]
+    if not all(items):
+        raise ValueError(f"invalid {what} {text!r}: empty item")
+    return items
+
+
 def parse_size_list(text: str) -> list[int]:
     """Parse comma-separated sizes and ``START:STOP[:xF]`` geometric ranges.
 
     A range starts at START, multiplies by F (default 2) and stops at the last
     value <= STOP. The result keeps first-seen order with duplicates removed.
     """
-    if not text.strip():
-        raise ValueError(
-            f"invalid size list {text!r}: expected comma-separated sizes or "
-            f"START:STOP[:xF] ranges, e.g. 4KiB,1MiB or 4B:64MiB:x4"
-        )
     sizes: list[int] = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            raise ValueError(f"invalid size list {text!r}: empty item")
+    for item in split_list(text, "size list", "comma-separated sizes or START:STOP[:xF] "
+                           "ranges, e.g. 4KiB,1MiB or 4B:64MiB:x4"):
         sizes.extend(_parse_range(item) if ":" in item else [parse_size(item)])
     return list(dict.fromkeys(sizes))
 
@@ -152,16 +155,9 @@ def parse_positive_int_list(text: str, what: str) -> list[int]:
 
     ``what`` names the value in error messages, e.g. ``"world size"``.
     """
-    if not text.strip():
-        raise ValueError(
-            f"invalid {what} {text!r}: expected a positive integer or a comma-separated "
-            f"list of them, e.g. 2,4,8"
-        )
     values: list[int] = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            raise ValueError(f"invalid {what} {text!r}: empty item")
+    for item in split_list(text, what, "a positive integer or a comma-separated list of them, "
+                           "e.g. 2,4,8"):
         if _INT_RE.fullmatch(item) is None or len(item) > _MAX_DIGITS or int(item) < 1:
             raise ValueError(f"invalid {what} {item!r}: must be a positive integer")
         values.append(int(item))
