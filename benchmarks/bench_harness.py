@@ -102,15 +102,19 @@ def pytest_sessionfinish(session):
 
 
 def run_pytest(tmp: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `source` as a test file under pytest; stop the script if the session fails."""
     (tmp / "test_bench.py").write_text(textwrap.dedent(source))
     (tmp / "conftest.py").write_text(CALL_TIMER)
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
         cwd=tmp,
         capture_output=True,
         text=True,
         timeout=900,
     )
+    if result.returncode != 0:
+        raise SystemExit(result.stdout + result.stderr)
+    return result
 
 
 def session_world_start_and_overhead(tmp: Path, tests: int) -> tuple[float, float, float]:
@@ -128,8 +132,6 @@ def session_world_start_and_overhead(tmp: Path, tests: int) -> tuple[float, floa
             pass
     """
     result = run_pytest(tmp, source, "--distbench", "--world-size=8")
-    if result.returncode != 0:
-        raise SystemExit(result.stdout + result.stderr)
     calls: dict[str, list[float]] = {"empty": [], "plain": []}
     for name, seconds in json.loads((tmp / "call_times.json").read_text()):
         calls["empty" if name.startswith("test_empty") else "plain"].append(seconds)
@@ -154,7 +156,7 @@ def plugin_all_reduce(tmp: Path, nbytes: int, iterations: int) -> dict:
     path = tmp / f"plugin-{nbytes}.json"
     if path.exists():
         path.unlink()
-    result = run_pytest(
+    run_pytest(
         tmp,
         source,
         "--distbench",
@@ -164,8 +166,6 @@ def plugin_all_reduce(tmp: Path, nbytes: int, iterations: int) -> dict:
         "--distbench-warmup=20",
         f"--distbench-json={path}",
     )
-    if result.returncode != 0:
-        raise SystemExit(result.stdout + result.stderr)
     record = json.loads(path.read_text())["benchmarks"][0]["distbench"]
     return {"p50": record["summary"]["p50"], "busbw": record["busbw_gbps"]}
 
@@ -309,7 +309,7 @@ def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -
     out.mkdir(exist_ok=True)
     results = tmp / f"interleaved-{nbytes}.json"
     source = INTERLEAVED.format(rounds=rounds, iterations=iterations, out=str(out))
-    result = run_pytest(
+    run_pytest(
         tmp,
         source,
         "--distbench",
@@ -317,8 +317,6 @@ def interleaved_fidelity(tmp: Path, nbytes: int, iterations: int, rounds: int) -
         f"--tensor-size={nbytes}",
         f"--distbench-json={results}",
     )
-    if result.returncode != 0:
-        raise SystemExit(result.stdout + result.stderr)
     plugin = [
         b["distbench"]["summary"]["p50"] for b in json.loads(results.read_text())["benchmarks"]
     ]

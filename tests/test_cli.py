@@ -7,32 +7,17 @@ import io
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import cli
 from pytest_distbench.storage import make_document, write_document
 
 REPO = Path(__file__).resolve().parents[1]
-
-ENVIRONMENT = {
-    "torch": "2.13.0+cpu",
-    "python": "3.11.7",
-    "hostname": "ci-1",
-    "cpu_model": "Test CPU",
-    "cpu_count": 2,
-    "gpus": [],
-    "cuda": None,
-    "nccl": None,
-    "gloo": True,
-    "world_sizes": [2],
-    "env": {},
-}
-
 
 def samples(median: float, seed: int, n: int = 60) -> list[float]:
     rng = random.Random(seed)
@@ -46,44 +31,7 @@ def samples(median: float, seed: int, n: int = 60) -> list[float]:
 
 
 def record(size: int, values: list[float]) -> dict:
-    name = f"test_all_reduce[gloo-ws2-{size}]"
-    q = statistics.quantiles(values, n=100, method="inclusive")
-    return {
-        "id": f"pytest_distbench/suites/test_collectives.py::{name}",
-        "name": name,
-        "family": "all_reduce",
-        "backend": "gloo",
-        "world_size": 2,
-        "device": "cpu",
-        "params": {"nbytes": size},
-        "nbytes": size,
-        "count": size // 4,
-        "dtype": "float32",
-        "busbw_factor": 1.0,
-        "warmup": 5,
-        "iterations": len(values),
-        "samples": values,
-        "rank_samples": [values, values],
-        "summary": {
-            "n": len(values),
-            "min": min(values),
-            "p50": statistics.median(values),
-            "p75": q[74],
-            "p90": q[89],
-            "p95": q[94],
-            "p99": q[98],
-            "max": max(values),
-            "mean": statistics.fmean(values),
-            "stddev": statistics.stdev(values),
-            "iqr": q[74] - q[24],
-        },
-        "algbw_gbps": None,
-        "busbw_gbps": None,
-        "wrong": 0,
-        "skew": 1.0,
-        "stalls": 6,
-        "threshold": None,
-    }
+    return benchmark_record(size, values)
 
 
 SAME, SLOW, GONE, ADDED = 1024, 1 << 20, 4, 64 << 20

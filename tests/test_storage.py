@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import storage
 from pytest_distbench.report import FORMATS, render
@@ -31,73 +32,14 @@ from pytest_distbench.verdict import compare_documents
 
 REPO = Path(__file__).resolve().parents[1]
 
-ENVIRONMENT = {
-    "torch": "2.13.0+cpu",
-    "python": "3.11.7",
-    "platform": "Linux-x86_64",
-    "hostname": "bench-host",
-    "cpu_model": "Test CPU",
-    "cpu_count": 2,
-    "gpus": [],
-    "cuda": None,
-    "nccl": None,
-    "gloo": True,
-    "world_sizes": [2],
-    "env": {"GLOO_SOCKET_IFNAME": "lo"},
-}
 COMMIT = {"id": "abc123", "dirty": False, "branch": "main"}
-
-
-def _summary(samples: list[float]) -> dict:
-    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else None
-
-    def pct(k: int) -> float:
-        return q[k - 1] if q else samples[0]
-
-    return {
-        "n": len(samples),
-        "min": min(samples),
-        "p50": statistics.median(samples),
-        "p75": pct(75),
-        "p90": pct(90),
-        "p95": pct(95),
-        "p99": pct(99),
-        "max": max(samples),
-        "mean": statistics.fmean(samples),
-        "stddev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
-        "iqr": pct(75) - pct(25),
-    }
 
 
 def make_record(size: int = 1 << 20, scale: float = 1.0, seed: int = 0, n: int = 40) -> dict:
     rng = random.Random(seed)
     ranks = [[50e-6 * scale * (1 + 0.02 * rng.random()) for _ in range(n)] for _ in range(2)]
     samples = [max(per_rank) for per_rank in zip(*ranks, strict=True)]
-    name = f"test_all_reduce[gloo-ws2-{size}]"
-    return {
-        "id": f"pytest_distbench/suites/test_collectives.py::{name}",
-        "name": name,
-        "family": "all_reduce",
-        "backend": "gloo",
-        "world_size": 2,
-        "device": "cpu",
-        "params": {"nbytes": size},
-        "nbytes": size,
-        "count": size // 4,
-        "dtype": "float32",
-        "busbw_factor": 1.0,
-        "warmup": 5,
-        "iterations": n,
-        "samples": samples,
-        "rank_samples": ranks,
-        "summary": _summary(samples),
-        "algbw_gbps": size / statistics.median(samples) / 1e9,
-        "busbw_gbps": size / statistics.median(samples) / 1e9,
-        "wrong": 0,
-        "skew": 1.0,
-        "stalls": 0,
-        "threshold": None,
-    }
+    return benchmark_record(size, samples, ranks)
 
 
 def make_doc(*recs: dict) -> dict:
