@@ -22,7 +22,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from pytest_distbench import storage, verdict
+from pytest_distbench.results import storage, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 

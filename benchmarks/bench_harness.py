@@ -59,7 +59,7 @@ def forkserver_world_starts(world_size: int, later: int) -> tuple[float, list[fl
         import json, tempfile, time
         from pathlib import Path
         began = time.perf_counter()
-        from pytest_distbench.world import World, WorldKey, warm_up_forkserver
+        from pytest_distbench.harness.world import World, WorldKey, warm_up_forkserver
         warm_up_forkserver()
         import torch.distributed as dist
         store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
@@ -333,8 +333,8 @@ def report_timing_cost() -> None:
     """What the timed loop itself adds per iteration, without any communication noise."""
     import torch
 
-    from pytest_distbench.measure import Distbench
-    from pytest_distbench.wire import MeasureSettings
+    from pytest_distbench.harness.measure import Distbench
+    from pytest_distbench.harness.wire import MeasureSettings
 
     bench = Distbench(
         rank=0,

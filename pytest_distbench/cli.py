@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_distbench.report import FORMATS, render
-from pytest_distbench.storage import ResultsFileError, read_document
-from pytest_distbench.units import parse_fraction
-from pytest_distbench.verdict import (
+from pytest_distbench.results.report import FORMATS, render
+from pytest_distbench.results.storage import ResultsFileError, read_document
+from pytest_distbench.results.units import parse_fraction
+from pytest_distbench.results.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
     METRICS,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from . import settings as settings_module
-from .session import DistbenchSession, RankLocal
-from .wire import RANK_FIXTURES
+from .harness.session import DistbenchSession, RankLocal
+from .harness.wire import RANK_FIXTURES
 
 SESSION_KEY = pytest.StashKey[DistbenchSession]()
 GATE_KEY = pytest.StashKey["Gate"]()
@@ -53,8 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
     _configure_baselines(config)
-    from .environment import cpu_probe
-    from .world import warm_up_forkserver
+    from .harness.world import warm_up_forkserver
+    from .results.environment import cpu_probe
 
     session = DistbenchSession()
     # Before the forkserver starts: its torch import would compete with the probe for a core.
@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure_baselines(config: pytest.Config) -> None:
     """Check baseline options before any rank starts: a bad one must not cost a whole run."""
-    from . import storage
+    from .results import storage
 
     baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
     save = config.getoption("distbench_save")
@@ -83,8 +83,8 @@ def _configure_baselines(config: pytest.Config) -> None:
         config.stash[SAVE_PATH_KEY] = path
     compare = config.getoption("distbench_compare")
     if compare:
-        from .environment import controller_environment
-        from .gate import Gate
+        from .results.environment import controller_environment
+        from .results.gate import Gate
 
         gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
         differences = gate.environment_differences(controller_environment())
@@ -182,7 +182,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[f"ws{n}" for n in resolved.world_size])
     if "nbytes" in metafunc.fixturenames and not _user_parametrizes(metafunc.definition,
                                                                       "nbytes"):
-        from .units import size_id
+        from .results.units import size_id
 
         metafunc.parametrize("nbytes", resolved.tensor_size,
                              ids=[size_id(n) for n in resolved.tensor_size])
@@ -215,7 +215,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
     if session is None or not is_distbench(pyfuncitem):
         return None
-    from .world import WorldKey
+    from .harness.world import WorldKey
 
     params = pyfuncitem.callspec.params
     backend = params[BACKEND_ARG]
@@ -244,7 +244,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     tr = terminalreporter
     if session.records:
-        from .table import LEGEND, render_tables
+        from .results.table import LEGEND, render_tables
 
         tr.section("distbench results")
         tr.line(LEGEND)
@@ -255,7 +255,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         tr.line("")
         tr.line(f"worlds started: {starts}")
     if session.comparison is not None:
-        from .report import render
+        from .results.report import render
 
         tr.section("distbench comparison")
         tr.line(render(session.comparison, "table").rstrip("\n"))
@@ -273,8 +273,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     distbench.close()
     if not distbench.records:
         return
-    from . import storage
-    from .environment import controller_environment, cpu_probe, merge_rank_facts
+    from .results import storage
+    from .results.environment import controller_environment, cpu_probe, merge_rank_facts
 
     distbench.cpu_probes.append(cpu_probe())
     environment = controller_environment()
@@ -291,7 +291,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                what="baseline")
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
-        from .verdict import speed_difference
+        from .results.verdict import speed_difference
 
         threshold = settings_module.resolve(config).threshold
         distbench.comparison = gate.comparison(document, threshold)
@@ -302,7 +302,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _write(distbench: DistbenchSession, document: dict[str, Any], path: Path, *,
            overwrite: bool, what: str) -> None:
-    from . import storage
+    from .results import storage
 
     existed = path.exists()
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from . import units
+from .results import units
 
 BACKENDS = ("gloo", "nccl", "mpi")
 DTYPES = {

@@ -23,7 +23,13 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.collectives import COLLECTIVES, Buffers, Collective, harness, run_collective
+from pytest_distbench.families.collectives import (
+    COLLECTIVES,
+    Buffers,
+    Collective,
+    harness,
+    run_collective,
+)
 
 SIZED = [c for c in COLLECTIVES.values() if c.sized]
 SPLIT = {"all_gather", "reduce_scatter", "all_to_all"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_distbench.environment import cpu_probe, merge_rank_facts, relevant_env
+from pytest_distbench.results.environment import cpu_probe, merge_rank_facts, relevant_env
 
 
 def test_rank_facts_add_gpus_and_nccl_only_when_ranks_saw_them():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.stats import (
+from pytest_distbench.results.stats import (
     Summary,
     algbw_gbps,
     busbw_gbps,

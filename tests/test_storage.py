@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
-from pytest_distbench import storage
-from pytest_distbench.report import FORMATS, render
-from pytest_distbench.storage import (
+from pytest_distbench.results import storage
+from pytest_distbench.results.report import FORMATS, render
+from pytest_distbench.results.storage import (
     SCHEMA_VERSION,
     ResultsFileError,
     ResultsFileExistsError,
@@ -28,7 +28,7 @@ from pytest_distbench.storage import (
     resolve_baseline,
     write_document,
 )
-from pytest_distbench.verdict import compare_documents
+from pytest_distbench.results.verdict import compare_documents
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.storage import make_document
-from pytest_distbench.verdict import (
+from pytest_distbench.results.storage import make_document
+from pytest_distbench.results.verdict import (
     Comparison,
     batch_medians,
     compare_documents,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from . import stats
-from .settings import Settings
+from ..results import stats
+from ..settings import Settings
 from .wire import RANK_FIXTURES, Measurement, MeasureSettings, RunTest
 from .world import RunResult, World, WorldKey, WorldStartError, describe_exit, prefix_output
 

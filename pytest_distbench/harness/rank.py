@@ -118,7 +118,7 @@ class _Rank:
         self.rpc_name: str | None = None
 
     def info(self) -> dict[str, Any]:
-        from .environment import rank_environment
+        from ..results.environment import rank_environment
 
         return rank_environment(self.spec.backend, self.device)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from . import rank as rank_module
 from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
-_PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.rank",
-            "pytest_distbench.measure"]
+_PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
+            "pytest_distbench.harness.measure"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
 STACK_DUMP_WAIT_S = 0.5

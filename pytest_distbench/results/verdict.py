@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_distbench.storage import records
+from pytest_distbench.results.storage import records
 
 Kind = Literal["regression", "improvement", "unchanged", "new", "missing"]
 

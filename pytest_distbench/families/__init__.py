@@ -1,0 +1,2 @@
+"""What is measured: one package per family, each a small shared harness plus one small file
+per member."""
