@@ -46,8 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "distbench(**settings): a distributed benchmark run in every rank of a world; keywords "
-        "world_size, backend, tensor_size, dtype, warmup, iterations, budget, bind, timeout, "
-        "threshold override the command line and ini for this test",
+        + ", ".join(s.name for s in settings_module.SETTINGS)
+        + " override the command line and ini for this test",
     )
     if not config.getoption("distbench"):
         return
@@ -180,12 +180,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(BACKEND_ARG, resolved.backend, ids=resolved.backend)
     metafunc.parametrize(WORLD_SIZE_ARG, resolved.world_size,
                          ids=[f"ws{n}" for n in resolved.world_size])
-    if "nbytes" in metafunc.fixturenames and not _user_parametrizes(metafunc.definition,
-                                                                      "nbytes"):
-        from .results.units import size_id
-
-        metafunc.parametrize("nbytes", resolved.tensor_size,
-                             ids=[size_id(n) for n in resolved.tensor_size])
+    for setting in settings_module.PARAMETRIZING:
+        name = setting.param
+        if name in metafunc.fixturenames and not _user_parametrizes(metafunc.definition, name):
+            values = getattr(resolved, setting.name)
+            metafunc.parametrize(name, values, ids=[setting.param_id(v) for v in values])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
+from functools import cache
 from typing import Any
 
 import pytest
@@ -72,19 +74,27 @@ class Setting:
     default: str
     parse: Callable[[str], Any]
     help: str
+    # A list setting that parametrizes every distbench test taking this argument (as
+    # --tensor-size does `nbytes`), unless the test parametrizes it itself.
+    param: str | None = None
+    param_id: Callable[[Any], str] = str
 
     @property
     def ini(self) -> str:
         return "distbench_" + self.name
 
 
-SETTINGS = (
+CORE_SETTINGS = (
     Setting("world_size", "--world-size", "2", lambda t: units.parse_positive_int_list(
         t, "world size"), "world sizes to run, e.g. 8 or 2,4,8"),
     Setting("backend", "--backend", "gloo", _backends,
             "process-group backends: gloo, nccl, mpi, or a list"),
     Setting("tensor_size", "--tensor-size", "4B:64MiB:x4", units.parse_size_list,
-            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4)"),
+            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4)",
+            param="nbytes", param_id=units.size_id),
+    Setting("credits", "--distbench-credits", "1,10", lambda t: units.parse_positive_int_list(
+        t, "credits"), "messages in flight before an acknowledgement is required "
+        "(1 = synchronous), a list", param="credits", param_id=lambda n: f"credits{n}"),
     Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors"),
     Setting("warmup", "--distbench-warmup", "5", _count(0), "untimed warm-up iterations"),
     Setting("iterations", "--distbench-iterations", "auto", _optional_count,
@@ -103,23 +113,31 @@ SETTINGS = (
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
             "smallest slowdown that counts as a regression, e.g. 5%"),
 )
+# Each family that has options of its own keeps them in its own module as `SETTINGS`.
+FAMILY_OPTION_MODULES: tuple[str, ...] = ()
+
+
+@cache
+def _family_settings() -> tuple[Setting, ...]:
+    found: list[Setting] = []
+    for name in FAMILY_OPTION_MODULES:
+        found.extend(importlib.import_module(name).SETTINGS)
+    return tuple(found)
+
+
+def all_settings() -> tuple[Setting, ...]:
+    return CORE_SETTINGS + _family_settings()
+
+
+SETTINGS = all_settings()
 _BY_NAME = {s.name: s for s in SETTINGS}
+if len(_BY_NAME) != len(SETTINGS):
+    raise RuntimeError("two distbench settings share a name")
 
-
-@dataclass(frozen=True)
-class Settings:
-    world_size: list[int]
-    backend: list[str]
-    tensor_size: list[int]
-    dtype: str
-    warmup: int
-    iterations: int | None
-    min_iterations: int
-    max_iterations: int
-    budget: float
-    bind: str
-    timeout: float
-    threshold: float
+# One attribute per setting: world_size, backend, tensor_size, ..., then the families' own.
+Settings = make_dataclass("Settings", [(s.name, Any) for s in SETTINGS], frozen=True)
+Settings.__doc__ = "Every distbench setting of one test, resolved (see resolve)."
+PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -136,7 +154,7 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
-NARROWABLE = ("world_size", "backend", "tensor_size")
+NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
 
 def _narrow(setting: Setting, marker_value: Any, cli_text: str, where: str) -> list[Any]:

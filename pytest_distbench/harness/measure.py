@@ -54,15 +54,13 @@ class Distbench:
         busbw_factor: float = 1.0,
         check: Callable[[], int] | None = None,
         name: str | None = None,
+        figures: dict[str, Any] | None = None,
     ) -> None:
-        """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements."""
-        if nbytes is not None and nbytes < 0:
-            raise ValueError(f"distbench.measure: nbytes must be >= 0, got {nbytes}")
-        if any(m.name == name for m in self.measurements):
-            raise ValueError(
-                "distbench.measure: called twice in one test with the same name; "
-                "pass name=... to tell the measurements apart"
-            )
+        """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements.
+
+        `figures` are the family's own JSON-able values for the record (rank 0's are kept).
+        """
+        self._check_new(name, nbytes, "measure")
         s = self._settings
         warm = [self._timed_call(fn) for _ in range(s.warmup)]
         iterations = s.iterations if s.iterations is not None else self._calibrate(fn, warm)
@@ -85,8 +83,53 @@ class Distbench:
                 warmup=s.warmup,
                 samples=samples,
                 wrong=wrong,
+                figures=dict(figures or {}),
             )
         )
+
+    def record(
+        self,
+        samples: list[float],
+        *,
+        nbytes: int | None = None,
+        count: int | None = None,
+        dtype: str | torch.dtype | None = None,
+        family: str | None = None,
+        busbw_factor: float = 1.0,
+        wrong: int | None = None,
+        name: str | None = None,
+        figures: dict[str, Any] | None = None,
+    ) -> None:
+        """Hand in samples (seconds) timed by the test itself, for what `measure` cannot time.
+
+        Every rank must call it with the same number of samples, as with `measure`; the
+        controller takes the slowest rank per sample. A rank with nothing of its own to time
+        passes the samples it was given by the rank that timed them.
+        """
+        self._check_new(name, nbytes, "record")
+        self.measurements.append(
+            Measurement(
+                name=name,
+                family=family,
+                nbytes=nbytes,
+                count=count,
+                dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
+                busbw_factor=float(busbw_factor),
+                warmup=0,
+                samples=[float(s) for s in samples],
+                wrong=wrong,
+                figures=dict(figures or {}),
+            )
+        )
+
+    def _check_new(self, name: str | None, nbytes: int | None, what: str) -> None:
+        if nbytes is not None and nbytes < 0:
+            raise ValueError(f"distbench.{what}: nbytes must be >= 0, got {nbytes}")
+        if any(m.name == name for m in self.measurements):
+            raise ValueError(
+                f"distbench.{what}: called twice in one test with the same name; "
+                "pass name=... to tell the measurements apart"
+            )
 
     def _timed_call(self, fn: Callable[[], Any]) -> float:
         start = time.perf_counter()

@@ -260,6 +260,7 @@ def build_records(
                 "skew": stats.rank_skew(rank_samples),
                 "stalls": stats.stall_count(samples),
                 "threshold": threshold,
+                "figures": first.figures,
             }
         )
     return records

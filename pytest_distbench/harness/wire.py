@@ -87,6 +87,9 @@ class Measurement:
     warmup: int
     samples: list[float]
     wrong: int | None
+    # The family's own figures (messages per iteration, percentiles of its own metrics, ...):
+    # JSON-able values, taken from rank 0 into the record.
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

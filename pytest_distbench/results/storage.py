@@ -102,6 +102,7 @@ def _normalize_record(record: dict[str, Any]) -> dict[str, Any]:
     for key in _NULLABLE_RECORD_FIELDS:
         out.setdefault(key, None)
     out["params"] = _json_safe(dict(out.get("params") or {}))
+    out["figures"] = _json_safe(dict(out.get("figures") or {}))
     # Samples often arrive as numpy arrays or numpy scalars; the file holds plain floats.
     if "samples" in out:
         out["samples"] = _floats(out["samples"])
@@ -498,8 +499,9 @@ def _validate_record(record: dict[str, Any], where: str) -> None:
         if not value:
             raise _Invalid(f"{where}.{key}", "expected a non-empty string")
     _int_field(record, "world_size", where, minimum=1, nullable=False)
-    if "params" in record and not isinstance(record["params"], dict):
-        raise _Invalid(f"{where}.params", f"expected an object, got {_json_type(record['params'])}")
+    for key in ("params", "figures"):
+        if key in record and not isinstance(record[key], dict):
+            raise _Invalid(f"{where}.{key}", f"expected an object, got {_json_type(record[key])}")
     for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
         _int_field(record, key, where, minimum=0, nullable=True)
     if record.get("dtype") is not None and not isinstance(record["dtype"], str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tabulate import tabulate
@@ -14,6 +14,17 @@ def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
     return (record["family"], record["backend"], record["world_size"], record["device"])
 
 
+GroupRenderer = Callable[[list[dict[str, Any]]], str]
+# Families with a table style of their own (OSU, arras, ...); the rest print nccl-tests style.
+_STYLES: dict[str, GroupRenderer] = {}
+
+
+def register_style(families: Iterable[str], render: GroupRenderer) -> None:
+    """Print the records of these families with `render` (rows of one backend and world)."""
+    for family in families:
+        _STYLES[family] = render
+
+
 def render_tables(records: Iterable[dict[str, Any]]) -> str:
     groups: dict[tuple[str, str, int, str], list[dict[str, Any]]] = {}
     for record in records:
@@ -22,7 +33,7 @@ def render_tables(records: Iterable[dict[str, Any]]) -> str:
     for (family, backend, world_size, device), rows in groups.items():
         rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
         title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
-        blocks.append(title + "\n" + _render_group(rows))
+        blocks.append(title + "\n" + _STYLES.get(family, _render_group)(rows))
     return "\n\n".join(blocks)
 
 
