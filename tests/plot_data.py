@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pytest_distbench.results.stats import summarize
-
 from results_data import ENVIRONMENT
+
+from pytest_distbench.results.stats import summarize
 
 SIZES = [4 << (2 * i) for i in range(13)]  # 4 B .. 64 MiB, x4
 

@@ -350,8 +350,13 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         ax.set_xscale("log")
         from matplotlib import ticker
 
+        low = min([r.low for r in page] + [1 / (1 + t)]) / 1.05
+        high = max([r.high for r in page] + [1 + t]) * 1.05
+        ax.set_xlim(low, high)
+        ticks = [x for x in _RATIO_TICKS if low <= x <= high]
+        ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(_number_tick))
-        ax.xaxis.set_minor_formatter(ticker.FuncFormatter(_minor_ratio_tick))
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
         ax.set_xlabel("current / baseline p50 time (> 1 = slower); bars: 95 % interval")
         if page:
             ax.set_ylim(-0.7, len(page) - 0.3)
@@ -359,10 +364,11 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         handles = [Patch(color=VERDICT_COLOURS[k], label=k) for k in kinds]
         handles.append(plt.Line2D([], [], color="#999999", linestyle="--",
                                   label=f"threshold {t * 100:g}%"))
-        ax.legend(handles=handles, fontsize="small", loc="best")
+        ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.grid(True, axis="x", which="both", alpha=0.3)
         suffix = f" (page {number}/{len(pages)})" if len(pages) > 1 else ""
-        title = (f"{comparison.current_label} vs {comparison.baseline_label}{suffix}")
+        title = (f"p50 time ratio: {comparison.current_label} vs {comparison.baseline_label}"
+                 f"{suffix}")
         ax.set_title(title, fontweight="bold")
         summary = ", ".join(f"{counts[k]} {k}" for k in counts)
         not_drawn = f"; {unjudged} new/missing not drawn" if unjudged else ""
@@ -379,7 +385,5 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
     return written
 
 
-def _minor_ratio_tick(value: float, _pos: Any) -> str:
-    # Label a few minor ticks so a narrow ratio range (0.9 .. 1.2) still has numbers.
-    return f"{value:g}" if round(value * 10) in (5, 8, 9, 11, 12, 15, 20) and \
-        abs(value * 10 - round(value * 10)) < 1e-6 else ""
+_RATIO_TICKS = (0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 5, 10,
+                20, 50, 100)
