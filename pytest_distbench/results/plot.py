@@ -218,13 +218,7 @@ def _style_axes(ax: Any, spec: PlotSpec, panel: Any, xs: Sequence[float]) -> Non
         ax.set_yscale("log")
         # Plain numbers on every labelled tick: 3 x 10^4 reads worse than 30,000.
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(_number_tick))
-        low, high = ax.get_ylim()
-        if low > 0 and high / low < 30:  # within about a decade: label minor ticks too
-            every = high / low < 4
-            ax.yaxis.set_minor_formatter(ticker.FuncFormatter(
-                _number_tick if every else _minor_number_tick))
-        else:
-            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(_minor_labeller(*ax.get_ylim())))
     if spec.x_axis.size:
         ax.xaxis.set_major_locator(ticker.LogLocator(base=4, numticks=14))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
@@ -252,16 +246,27 @@ def _number_tick(value: float, _pos: Any) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _minor_number_tick(value: float, _pos: Any) -> str:
-    # Minor ticks of a log axis: label 2x and 5x a power of ten, so a range inside one decade
-    # still shows numbers, without crowding the axis.
-    if value <= 0:
-        return ""
-    mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
-    return _number_tick(value, None) if round(mantissa, 6) in _LABELLED_MINOR else ""
+def _minor_labeller(low: float, high: float) -> Any:
+    """Label the minor ticks of a log axis that spans few decades, so it still has numbers."""
+    span = high / low if low > 0 else float("inf")
+    if span < 4:
+        mantissas: tuple[float, ...] = (2, 3, 4, 5, 6, 7, 8, 9)
+    elif span < 12:
+        mantissas = (2, 3, 5)
+    elif span < 120:
+        mantissas = (2, 5)
+    else:
+        mantissas = ()
+
+    def label(value: float, _pos: Any) -> str:
+        if value <= 0:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        return _number_tick(value, None) if round(mantissa, 6) in mantissas else ""
+
+    return label
 
 
-_LABELLED_MINOR: tuple[float, ...] = (2.0, 3.0, 5.0)
 
 
 def caption(environment: dict[str, Any], records: Iterable[Record], note: str = "") -> str:
