@@ -8,7 +8,6 @@ No torch import: `pytest-distbench plot run.json` works where torch is not insta
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -37,7 +36,11 @@ class PlotUnavailable(RuntimeError):
 
 
 def matplotlib_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        import matplotlib  # noqa: F401 - an installed but broken matplotlib counts as missing
+    except ImportError:
+        return False
+    return True
 
 
 def _pyplot() -> Any:

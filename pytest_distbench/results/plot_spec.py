@@ -239,20 +239,21 @@ def group_records(spec: PlotSpec, records: Iterable[Record]) -> list[Group]:
     if spec.x.field:
         # x may be read from the record ("nbytes") while params holds it too.
         used |= {spec.x.field, "params." + spec.x.field.rsplit(".", 1)[-1]}
-    # A parameter that varies but is neither x, a series nor a split is a sweep: its own file.
-    sweeps = []
-    for path in sorted({f"params.{k}" for r in mine for k in (r.get("params") or {})}
-                       | {"dtype", "device"}):
-        if path in used:
-            continue
-        if len({repr(lookup(r, path)) for r in mine}) > 1:
-            sweeps.append(path)
-    split_keys = tuple(spec.split) + tuple(sweeps)
-    groups: dict[tuple[tuple[str, Any], ...], Group] = {}
+    by_split: dict[tuple[Any, ...], list[Record]] = {}
     for record in mine:
-        key = tuple((k, lookup(record, k)) for k in split_keys)
-        group = groups.setdefault(key, Group(spec, key))
-        group.series.setdefault(series_label(spec.series, record), []).append(record)
+        by_split.setdefault(tuple(repr(lookup(record, k)) for k in spec.split), []).append(record)
+    groups: dict[tuple[tuple[str, Any], ...], Group] = {}
+    for members in by_split.values():
+        # A parameter that varies here but is neither x, a series nor a split is a sweep: its
+        # own file (all_reduce at float16 and at float32 are two plots, not one tangle).
+        candidates = sorted({f"params.{k}" for r in members for k in (r.get("params") or {})}
+                            | {"dtype", "device"})
+        sweeps = tuple(p for p in candidates if p not in used
+                       and len({repr(lookup(r, p)) for r in members}) > 1)
+        for record in members:
+            key = tuple((k, lookup(record, k)) for k in tuple(spec.split) + sweeps)
+            group = groups.setdefault(key, Group(spec, key))
+            group.series.setdefault(series_label(spec.series, record), []).append(record)
     for group in groups.values():
         for rows in group.series.values():
             rows.sort(key=lambda r: spec.x.at(r) or 0.0)
