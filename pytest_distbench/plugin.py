@@ -390,9 +390,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     json_path = config.getoption("distbench_json")
     if json_path:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
-    plot_dir = config.getoption("distbench_plot")
-    if plot_dir:
-        _write_plots(distbench, document, Path(plot_dir))
     save_path = config.stash.get(SAVE_PATH_KEY, None)
     if save_path is not None:
         _write(distbench, document, save_path, overwrite=config.getoption("distbench_overwrite"),
@@ -406,16 +403,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         speed = speed_difference(gate.document["distbench"]["environment"], environment)
         if speed:
             config.stash.setdefault(WARNINGS_KEY, []).append(f"WARNING: {speed}")
+    plot_dir = config.getoption("distbench_plot")
+    if plot_dir:
+        baseline = gate.document if gate is not None else None
+        _write_plots(distbench, document, Path(plot_dir), baseline)
     markdown_path = config.getoption("distbench_markdown")
     if markdown_path:
         _write_markdown(distbench, document, Path(markdown_path))
 
 
-def _write_plots(distbench: DistbenchSession, document: dict[str, Any], out: Path) -> None:
-    from .results.plot import PlotUnavailable, plot_document
+def _write_plots(distbench: DistbenchSession, document: dict[str, Any], out: Path,
+                 baseline: dict[str, Any] | None) -> None:
+    from .results.plot import PlotUnavailable, plot_comparison, plot_document
 
     try:
         written = plot_document(document, out)
+        if baseline is not None and distbench.comparison is not None:
+            written += plot_comparison(baseline, document, distbench.comparison, out)
     except (OSError, PlotUnavailable) as exc:
         distbench.notes.append(f"distbench: could not write plots to {out}: {exc}")
         return

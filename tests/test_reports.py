@@ -79,6 +79,15 @@ def test_a_parameter_that_varies_besides_x_and_series_splits_the_files(tmp_path)
                      "all_reduce-dtype_namefloat32.png", "barrier.png"]
 
 
+def test_a_users_own_sized_benchmark_gets_time_against_size(tmp_path):
+    mine = [plot_data.record("my_codec", nbytes=n, seconds=1e-5 * (1 + n / 1e6))
+            for n in plot_data.SIZES[:5]]
+    unsized = plot_data.record("my_setup", seconds=1e-3)
+    [rendered] = plot.plot_records(mine + [unsized], {}, tmp_path)
+    assert rendered.path.name == "my_codec.png" and rendered.lines_per_panel == (1,)
+    _png_ok(rendered.path)
+
+
 def test_caption_names_torch_backend_cpu_and_world_sizes():
     records = plot_data.collectives(world_sizes=(2, 4))
     text = plot.caption(plot_data.ENVIRONMENT, records)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import units
-from .plot_spec import Group, PlotSpec, Record, group_records, lookup, significant, specs
+from .plot_spec import Group, Panel, PlotSpec, Record, group_records, lookup, significant, specs
 from .ratio import ratio_interval
 
 MISSING_MATPLOTLIB = (
@@ -82,11 +82,25 @@ def plot_records(records: Sequence[Record], environment: dict[str, Any],
     out.mkdir(parents=True, exist_ok=True)
     written: list[Rendered] = []
     used_names: set[str] = set()
-    for spec in specs():
+    for spec in specs() + _fallback_specs(records):
         for group in group_records(spec, records):
             name = _unique(_file_stem(group), used_names)
             written.append(_draw_group(plt, group, environment, out / f"{name}.png"))
     return written
+
+
+def _fallback_specs(records: Sequence[Record]) -> tuple[PlotSpec, ...]:
+    """A user's own sized benchmark (no spec of its own): its time against message size."""
+    from .plot_spec import spec_for
+    from .plot_specs import NBYTES, P50, SIZE, TIME, TIME_US
+
+    families = sorted({str(r.get("family")) for r in records
+                       if spec_for(r) is None and r.get("nbytes")})
+    return tuple(
+        PlotSpec(name=family, families=(family,), x=NBYTES, x_axis=SIZE,
+                 panels=(Panel("time", TIME_US, (TIME,)),), note=P50)
+        for family in families
+    )
 
 
 def _file_stem(group: Group) -> str:
@@ -147,6 +161,7 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
                              squeeze=False)
     series_names = sorted(group.series, key=lambda s: _series_order(group.series[s][0], spec))
     counts = []
+    banded = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ("-", "--", "-.", ":")
     for index, panel in enumerate(spec.panels):
@@ -159,12 +174,19 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
                 colour = colours[(v if len(series_names) == 1 else s) % len(colours)]
                 style = "-" if len(series_names) == 1 else styles[v % len(styles)]
                 label = _line_label(name, value.label, len(series_names), len(panel.values))
-                drawn += _draw_line(ax, spec, rows_of_series, value, colour, style, label)
+                lines, band = _draw_line(ax, spec, rows_of_series, value, colour, style, label)
+                drawn += lines
+                banded = banded or band
         counts.append(drawn)
         xs = [x for rs in group.series.values() for r in rs if (x := spec.x.at(r)) is not None]
         _style_axes(ax, spec, panel, xs)
         if drawn:
-            ax.legend(fontsize="small", loc="best")
+            handles, _ = ax.get_legend_handles_labels()
+            if banded:
+                from matplotlib.patches import Patch
+
+                handles.append(Patch(color="#999999", alpha=0.3, label="p5-p95 band"))
+            ax.legend(handles=handles, fontsize="small", loc="best")
     for index in range(n, rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     title = _title(group)
@@ -190,7 +212,8 @@ def _line_label(series: str, value: str, n_series: int, n_values: int) -> str:
 
 
 def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: str,
-               style: str, label: str) -> int:
+               style: str, label: str) -> tuple[int, bool]:
+    """Draw one line (and its band); return (lines drawn, whether a band was drawn)."""
     xs, ys, lows, highs = [], [], [], []
     for record in rows:
         x, y = spec.x.at(record), value.at(record)
@@ -202,11 +225,12 @@ def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: 
         lows.append(band[0] if band else y)
         highs.append(band[1] if band else y)
     if not xs:
-        return 0
+        return 0, False
     ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=label)
-    if any(lo != hi for lo, hi in zip(lows, highs, strict=True)):
+    banded = any(lo != hi for lo, hi in zip(lows, highs, strict=True))
+    if banded:
         ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, linewidth=0)
-    return 1
+    return 1, banded
 
 
 def _style_axes(ax: Any, spec: PlotSpec, panel: Any, xs: Sequence[float]) -> None:
