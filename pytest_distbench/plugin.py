@@ -205,6 +205,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, values, ids=[setting.param_id(v) for v in values])
 
 
+# trylast: merge equal sizes among the items that -k/-m left, never drop the one they kept.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("distbench"):
         _merge_equal_sizes(config, items)

@@ -69,14 +69,15 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
 
 def test_gate_verdict_in_junit_and_comparison_in_markdown(pytester, distbench_run):
     pytester.makepyfile(test_suite=SUITE)
-    args = ("--distbench", "--world-size=2", "--tensor-size=1KiB", "-k", "all_gather",
+    # 8 B merges with 4 B at 2 ranks, but -k selects 8 B only: it runs (merging comes last).
+    args = ("--distbench", "--world-size=2", "--tensor-size=4B,8B", "-k", "all_gather and 8B",
             "--distbench-iterations=20", "--distbench-warmup=1")
     distbench_run(*args, "--distbench-save=base").assert_outcomes(passed=1)
     summary = pytester.path / "summary.md"
     result = distbench_run(*args, "--distbench-compare=base", "--junitxml=report.xml",
                            f"--distbench-markdown={summary}", "--distbench-threshold=500%")
     result.assert_outcomes(passed=1)
-    props = _properties(pytester.path / "report.xml")["test_all_gather[gloo-ws2-1KiB]"]
+    props = _properties(pytester.path / "report.xml")["test_all_gather[gloo-ws2-8B]"]
     assert props["verdict"] in ("unchanged", "improvement", "regression")
     assert "change_pct" in props and float(props["p_value"]) <= 1
     text = summary.read_text()

@@ -51,6 +51,8 @@ def properties(records: Sequence[Mapping[str, Any]],
         if len(records) > 1 and not prefix:
             prefix = f"{records.index(record)}."
         out += record_properties(record, verdicts.get(record.get("id")), prefix)
+        if record.get("id") in verdicts and verdicts[record.get("id")] is None:
+            out.append((f"{prefix}verdict", "new"))  # gating, but not in the baseline
     return out
 
 
