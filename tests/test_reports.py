@@ -88,6 +88,15 @@ def test_a_users_own_sized_benchmark_gets_time_against_size(tmp_path):
     _png_ok(rendered.path)
 
 
+def test_names_from_a_foreign_file_stay_text_and_inside_the_directory(tmp_path):
+    hostile = "../../$\\frac{x$/evil"
+    records = [plot_data.record(hostile, nbytes=n, seconds=1e-5, backend="$\\alpha")
+               for n in plot_data.SIZES[:3]]
+    [rendered] = plot.plot_records(records, {"torch": "$x", "cpu_model": "a\nb"}, tmp_path)
+    assert rendered.path.parent == tmp_path and "/" not in rendered.path.name
+    _png_ok(rendered.path)
+
+
 def test_caption_names_torch_backend_cpu_and_world_sizes():
     records = plot_data.collectives(world_sizes=(2, 4))
     text = plot.caption(plot_data.ENVIRONMENT, records)

@@ -118,7 +118,14 @@ def _file_stem(group: Group) -> str:
         else:
             parts.append(f"{short}{value}")
     stem = "-".join(parts) or group.spec.name
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem)
+    # Names come from records (maybe from a foreign file): no path separators, bounded length.
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem).lstrip(".")[:120] or "plot"
+
+
+def _text(value: Any) -> str:
+    """Text from records, shown literally: matplotlib would parse $...$ as math (and may fail)."""
+    text = "".join(c if c.isprintable() or c == "\n" else "?" for c in str(value))
+    return text.replace("$", r"\$")
 
 
 def _unique(stem: str, used: set[str]) -> str:
@@ -190,9 +197,10 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
     for index in range(n, rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     title = _title(group)
-    fig.suptitle(title, fontsize="large", fontweight="bold")
+    fig.suptitle(_text(title), fontsize="large", fontweight="bold")
     records = [r for rs in group.series.values() for r in rs]
-    fig.text(0.5, 0.005, caption(environment, records, spec.note), ha="center", va="bottom",
+    fig.text(0.5, 0.005, _text(caption(environment, records, spec.note)), ha="center",
+             va="bottom",
              fontsize="x-small", color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     fig.savefig(path, dpi=100)
@@ -226,7 +234,7 @@ def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: 
         highs.append(band[1] if band else y)
     if not xs:
         return 0, False
-    ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=label)
+    ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=_text(label))
     banded = any(lo != hi for lo, hi in zip(lows, highs, strict=True))
     if banded:
         ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, linewidth=0)
@@ -378,7 +386,7 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         for edge in (1 + t, 1 / (1 + t)):
             ax.axvline(edge, color="#999999", linewidth=0.8, linestyle="--")
         ax.set_yticks(ys)
-        ax.set_yticklabels([row.name for row in page], fontsize="small")
+        ax.set_yticklabels([_text(row.name) for row in page], fontsize="small")
         ax.set_xscale("log")
         from matplotlib import ticker
 
@@ -401,12 +409,12 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         suffix = f" (page {number}/{len(pages)})" if len(pages) > 1 else ""
         title = (f"p50 time ratio: {comparison.current_label} vs {comparison.baseline_label}"
                  f"{suffix}")
-        ax.set_title(title, fontweight="bold")
+        ax.set_title(_text(title), fontweight="bold")
         summary = ", ".join(f"{counts[k]} {k}" for k in counts)
         not_drawn = f"; {unjudged} new/missing not drawn" if unjudged else ""
         environment = current.get("distbench", {}).get("environment", {})
         recs = [b["distbench"] for b in current.get("benchmarks", [])]
-        fig.text(0.5, 0.005, f"{summary}{not_drawn}\n" + caption(environment, recs),
+        fig.text(0.5, 0.005, _text(f"{summary}{not_drawn}\n" + caption(environment, recs)),
                  ha="center", va="bottom", fontsize="x-small", color="#444444")
         fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
         name = "comparison" if number == 1 else f"comparison-{number}"
