@@ -93,17 +93,37 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="treat runs from different environments (torch, CPU, GPUs, ...) as an error",
     )
+    _add_plot_command(commands)
     return parser
+
+
+def _add_plot_command(commands: argparse._SubParsersAction) -> None:
+    plot = commands.add_parser(
+        "plot",
+        help="draw PNG plots of a results file, or of a comparison of two",
+        description=(
+            "With one file: one PNG per family and sweep (the same as --distbench-plot). "
+            "With two (baseline then current): comparison.png, the current/baseline p50 ratio "
+            "of every benchmark with its 95 %% interval, coloured by verdict. Needs matplotlib: "
+            "pip install \"pytest-distbench[plot]\"."
+        ),
+    )
+    plot.add_argument("files", nargs="+", metavar="FILE", help="one or two results files (.json)")
+    plot.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    plot.add_argument("--threshold", type=_parse_fraction, default=DEFAULT_THRESHOLD,
+                      help="comparison: regression threshold, as for compare (default 10%%)")
+    plot.add_argument("--alpha", type=_parse_alpha, default=DEFAULT_ALPHA,
+                      help="comparison: significance level, as for compare")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command != "compare":
+    if args.command not in ("compare", "plot"):
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
     try:
-        return _compare(args)
+        return _compare(args) if args.command == "compare" else _plot(args)
     except BrokenPipeError:
         # Output piped into `head` and friends: not an error worth a traceback.
         sys.stderr.close()
@@ -168,6 +188,41 @@ def _compare(args: argparse.Namespace) -> int:
             _error(f"{len(regressed)} regression(s): {names}{more}")
             status = EXIT_FAILED
     return status
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from pytest_distbench.results import plot
+
+    if len(args.files) > 2:
+        _error(f"plot takes one results file, or two to compare; got {len(args.files)}")
+        return EXIT_USAGE
+    if not plot.matplotlib_available():
+        _error(plot.MISSING_MATPLOTLIB)
+        return EXIT_USAGE
+    docs = []
+    for name in args.files:
+        try:
+            docs.append(read_document(name))
+        except ResultsFileError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
+    try:
+        if len(docs) == 1:
+            written = plot.plot_document(docs[0], args.out)
+        else:
+            labels = _labels(args.files)
+            comparison = compare_documents(docs[0], docs[1], threshold=args.threshold,
+                                           alpha=args.alpha, baseline_label=labels[0],
+                                           current_label=labels[1])
+            written = plot.plot_comparison(docs[0], docs[1], comparison, args.out)
+    except OSError as exc:
+        _error(f"--out {args.out}: {exc}")
+        return EXIT_USAGE
+    for rendered in written:
+        print(f"wrote {rendered.path}  ({rendered.title})")
+    if not written:
+        print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
+    return EXIT_OK
 
 
 def _labels(files: Sequence[str]) -> list[str]:

@@ -17,6 +17,8 @@ SESSION_KEY = pytest.StashKey[DistbenchSession]()
 GATE_KEY = pytest.StashKey["Gate"]()
 SAVE_PATH_KEY = pytest.StashKey[Path]()
 WARNINGS_KEY = pytest.StashKey[list[str]]()
+HEADLINE_KEY = pytest.StashKey[str]()
+REQUESTED_KEY = pytest.StashKey[list[int]]()
 SKIP_REASON = "distbench benchmark: run with --distbench"
 WORLD_SIZE_ARG = "distbench_world_size"
 BACKEND_ARG = "distbench_backend"
@@ -37,6 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="compare against a baseline; each real regression fails its test")
     group.addoption("--distbench-strict", action="store_true", default=False,
                     help="with --distbench-compare: a different environment is an error")
+    group.addoption("--distbench-plot", metavar="DIR", default=None,
+                    help="at the end of the session write one PNG plot per family and sweep "
+                         "to DIR (needs matplotlib: pip install 'pytest-distbench[plot]')")
+    group.addoption("--distbench-markdown", metavar="PATH", default=None,
+                    help="append the result tables (and the comparison) as GitHub markdown "
+                         "to PATH, e.g. \"$GITHUB_STEP_SUMMARY\"")
     parser.addini("distbench_baseline_dir", default="baselines",
                   help="directory of named baselines, relative to the rootdir")
     settings_module.add_options(parser)
@@ -53,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
     _configure_baselines(config)
+    _configure_reports(config)
     from .harness.world import warm_up_forkserver
     from .results.environment import cpu_probe
 
@@ -98,6 +107,15 @@ def _configure_baselines(config: pytest.Config) -> None:
             f"WARNING: baseline {gate.path} was measured in another environment; differences "
             "may not come from your change:"
         ] + [f"  {line}" for line in differences] if differences else []
+
+
+def _configure_reports(config: pytest.Config) -> None:
+    """Refuse a plot request without matplotlib now, not after an hour of benchmarks."""
+    if config.getoption("distbench_plot"):
+        from .results.plot import MISSING_MATPLOTLIB, matplotlib_available
+
+        if not matplotlib_available():
+            raise pytest.UsageError(f"--distbench-plot: {MISSING_MATPLOTLIB}")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -187,13 +205,67 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, values, ids=[setting.param_id(v) for v in values])
 
 
+# trylast: merge equal sizes among the items that -k/-m left, never drop the one they kept.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("distbench"):
+        _merge_equal_sizes(config, items)
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
         if is_distbench(item):
             item.add_marker(skip)
+
+
+def _merge_equal_sizes(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run once the requested sizes that a test turns into the same effective size.
+
+    A test module may define ``distbench_effective_nbytes(test_name, nbytes, world_size,
+    dtype) -> int | None`` (the built-in collectives suite does: all_gather of 4 B and 16 B at
+    8 ranks both move 32 B). Of items that differ only in a requested nbytes with the same
+    effective size, the first runs and its records list every requested size; the others are
+    deselected.
+    """
+    kept: dict[Any, pytest.Item] = {}
+    dropped: list[pytest.Item] = []
+    for item in items:
+        effective = _effective_nbytes(config, item)
+        if effective is None:
+            continue
+        key = _merge_key(item, effective)
+        first = kept.setdefault(key, item)
+        requested = item.callspec.params["nbytes"]
+        sizes = first.stash.setdefault(REQUESTED_KEY, [])
+        sizes.append(requested)
+        if first is not item:
+            dropped.append(item)
+    for first in kept.values():
+        if len(first.stash[REQUESTED_KEY]) < 2:
+            del first.stash[REQUESTED_KEY]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = {id(item) for item in dropped}
+        items[:] = [item for item in items if id(item) not in gone]
+        config.stash[SESSION_KEY].notes.append(
+            f"distbench: {len(dropped)} test(s) deselected: their requested size moves the same "
+            "bytes as another size of the same test (measured once; see the table notes)")
+
+
+def _merge_key(item: Any, effective: int) -> tuple[Any, ...]:
+    others = sorted((k, repr(v)) for k, v in item.callspec.params.items() if k != "nbytes")
+    return (str(item.path), item.originalname, tuple(others), effective)
+
+
+def _effective_nbytes(config: pytest.Config, item: pytest.Item) -> int | None:
+    hook = getattr(getattr(item, "module", None), "distbench_effective_nbytes", None)
+    callspec = getattr(item, "callspec", None)
+    if hook is None or callspec is None or "nbytes" not in callspec.params:
+        return None
+    world_size = callspec.params.get(WORLD_SIZE_ARG)
+    if world_size is None:
+        return None
+    dtype = _marker_settings(config, item).dtype
+    return hook(item.originalname, callspec.params["nbytes"], world_size, dtype)
 
 
 def _rank_local_fixture(name: str) -> Any:
@@ -225,16 +297,52 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if reason:
         pytest.skip(reason)
     records = session.run_item(pyfuncitem, resolved, key)
+    requested = pyfuncitem.stash.get(REQUESTED_KEY, None)
+    if requested:
+        for record in records:
+            record["requested_nbytes"] = requested
     gate = pyfuncitem.config.stash.get(GATE_KEY, None)
+    failures, verdicts = [], {}
     if gate is not None:
-        failures = []
         for record in records:
             v = gate.judge(record, resolved.threshold)
+            verdicts[record["id"]] = v
             if v is not None and v.kind == "regression":
                 failures.append(gate.failure_message(v, len(record["samples"])))
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+    _report_figures(pyfuncitem, records, verdicts)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
     return True
+
+
+def _report_figures(item: pytest.Function, records: list[dict[str, Any]],
+                    verdicts: dict[str, Any]) -> None:
+    """JUnit properties of the test, and the figures its `-v` line ends with."""
+    from .results.junit import properties
+    from .results.plot_spec import headline
+
+    item.user_properties.extend(properties(records, verdicts))
+    text = headline(records)
+    if text:
+        item.stash[HEADLINE_KEY] = text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    text = item.stash.get(HEADLINE_KEY, None)
+    if text and call.when == "call":
+        # An attribute (not a property) so it crosses to an xdist controller with the report.
+        outcome.get_result().distbench_headline = text
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    # Passed tests only: pytest reuses this word in the short summary of failures, where
+    # "FAILED p50 ... test_x.py::..." would break the line CI tools parse.
+    text = getattr(report, "distbench_headline", None)
+    if not text or report.when != "call" or not report.passed:
+        return None
+    return "passed", ".", (f"PASSED {text}", {"green": True})
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -297,6 +405,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         speed = speed_difference(gate.document["distbench"]["environment"], environment)
         if speed:
             config.stash.setdefault(WARNINGS_KEY, []).append(f"WARNING: {speed}")
+    plot_dir = config.getoption("distbench_plot")
+    if plot_dir:
+        baseline = gate.document if gate is not None else None
+        _write_plots(distbench, document, Path(plot_dir), baseline)
+    markdown_path = config.getoption("distbench_markdown")
+    if markdown_path:
+        _write_markdown(distbench, document, Path(markdown_path))
+
+
+def _write_plots(distbench: DistbenchSession, document: dict[str, Any], out: Path,
+                 baseline: dict[str, Any] | None) -> None:
+    from .results.plot import PlotUnavailable, plot_comparison, plot_document
+
+    try:
+        written = plot_document(document, out)
+        if baseline is not None and distbench.comparison is not None:
+            written += plot_comparison(baseline, document, distbench.comparison, out)
+    except (OSError, PlotUnavailable) as exc:
+        distbench.notes.append(f"distbench: could not write plots to {out}: {exc}")
+        return
+    names = ", ".join(r.path.name for r in written) or "none (no family here has a plot)"
+    distbench.notes.append(f"distbench: wrote {len(written)} plot(s) to {out}: {names}")
+
+
+def _write_markdown(distbench: DistbenchSession, document: dict[str, Any], path: Path) -> None:
+    from .results import markdown, storage
+
+    text = markdown.render(storage.records(document).values(),
+                           document["distbench"]["environment"], distbench.comparison)
+    try:
+        markdown.append(path, text)
+    except OSError as exc:
+        distbench.notes.append(f"distbench: could not append markdown to {path}: {exc}")
+        return
+    distbench.notes.append(f"distbench: appended markdown tables to {path}")
 
 
 def _write(distbench: DistbenchSession, document: dict[str, Any], path: Path, *,

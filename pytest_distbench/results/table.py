@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from . import units
+from .plot_spec import significant
 
 
 def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
@@ -37,7 +38,7 @@ def render_tables(records: Iterable[dict[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
-def _render_group(rows: list[dict[str, Any]]) -> str:
+def _render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
     with_bytes = [r for r in rows if r["nbytes"] is not None]
     table = []
     for r in rows:
@@ -60,12 +61,25 @@ def _render_group(rows: list[dict[str, Any]]) -> str:
         "size", "count", "type", "p50 (us)", "p95 (us)", "algbw (GB/s)", "busbw (GB/s)",
         "#wrong", "skew", "stalls",
     ]
-    text = tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True,
+    text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
                     colalign=("right",) * len(headers))
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
-        text += f"\n# Avg bus bandwidth: {average:.3f} GB/s (decimal, from p50)"
+        text += f"\n# Avg bus bandwidth: {_gbps(average)} GB/s (decimal, from p50)"
+    text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
     return text
+
+
+def merged_size_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One note per row that stands for several requested sizes (measured once)."""
+    notes = []
+    for r in rows:
+        requested = r.get("requested_nbytes") or []
+        if len(requested) > 1 and r["nbytes"] is not None:
+            sizes = ", ".join(units.format_size(n) for n in requested)
+            notes.append(f"requested sizes {sizes} all move {_size(r['nbytes'])} at "
+                         f"{r['world_size']} ranks: measured once, shown once")
+    return notes
 
 
 def _size(nbytes: int | None) -> str:
@@ -77,7 +91,8 @@ def _size(nbytes: int | None) -> str:
 
 
 def _gbps(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    # Three significant digits: a small message's 0.000123 GB/s must not print as 0.000.
+    return "-" if value is None else significant(value, 3)
 
 
 LEGEND = (

@@ -1,0 +1,79 @@
+"""Figures of a test as JUnit properties (`--junitxml`) and its headline for the `-v` line.
+
+Both come from the test's records; pytest copies `item.user_properties` to the report, and
+junitxml writes each pair as a `<property name= value=>` of the testcase.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Property = tuple[str, Any]
+
+
+def record_properties(record: Mapping[str, Any], verdict: Any = None,
+                      prefix: str = "") -> list[Property]:
+    """p50_us, p95_us, algbw_gbps, busbw_gbps, the family's figures, and the gate's verdict."""
+    summary = record.get("summary") or {}
+    props: list[Property] = [("family", record.get("family"))]
+    for q in ("p50", "p95"):
+        if _finite(summary.get(q)):
+            props.append((f"{q}_us", round(summary[q] * 1e6, 6)))
+    for key in ("algbw_gbps", "busbw_gbps"):
+        if _finite(record.get(key)):
+            props.append((key, _round(record[key])))
+    if record.get("nbytes") is not None:
+        props.append(("nbytes", record["nbytes"]))
+    if record.get("requested_nbytes"):
+        props.append(("requested_nbytes", ",".join(map(str, record["requested_nbytes"]))))
+    props.append(("iterations", record.get("iterations")))
+    props += _flatten(record.get("figures") or {}, "")
+    if verdict is not None:
+        props.append(("verdict", verdict.kind))
+        if _finite(verdict.change):
+            props.append(("change_pct", round(verdict.change * 100, 3)))
+        if _finite(verdict.p_value):
+            props.append(("p_value", float(f"{verdict.p_value:.3g}")))
+    return [(prefix + name, value) for name, value in props if value is not None]
+
+
+def properties(records: Sequence[Mapping[str, Any]],
+               verdicts: Mapping[str, Any] | None = None) -> list[Property]:
+    """Every record's properties; a test with several measurements prefixes each by its name."""
+    verdicts = verdicts or {}
+    out: list[Property] = []
+    for record in records:
+        name = str(record.get("name", ""))
+        measurement = name.split("::", 1)[1] if "::" in name else ""
+        prefix = f"{measurement}." if len(records) > 1 and measurement else ""
+        if len(records) > 1 and not prefix:
+            prefix = f"{records.index(record)}."
+        out += record_properties(record, verdicts.get(record.get("id")), prefix)
+        if record.get("id") in verdicts and verdicts[record.get("id")] is None:
+            out.append((f"{prefix}verdict", "new"))  # gating, but not in the baseline
+    return out
+
+
+def _flatten(figures: Mapping[str, Any], prefix: str) -> list[Property]:
+    out: list[Property] = []
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out += _flatten(value, f"{name}.")
+        elif isinstance(value, bool) or isinstance(value, (int, str)):
+            out.append((name, value))
+        elif isinstance(value, float) and math.isfinite(value):
+            out.append((name, _round(value)))
+        # lists (per-rank figures) stay in the results file: a property holds one value
+    return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+        value)
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")

@@ -1,0 +1,81 @@
+"""The session's tables (and comparison) as GitHub-flavoured markdown, for CI job summaries.
+
+`--distbench-markdown="$GITHUB_STEP_SUMMARY"` appends this to the file, so several steps (or
+sessions) can write to one summary. Families with a table style of their own are shown as their
+terminal table in a code block: readable everywhere, no parser needed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import table
+
+
+def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None = None,
+           comparison: Any = None) -> str:
+    records = list(records)
+    lines = ["## pytest-distbench results", ""]
+    if environment:
+        lines += [f"_{_environment_line(environment, records)}_", ""]
+    lines += [f"_{table.LEGEND}_", ""]
+    groups: dict[tuple[str, str, int, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(table._group_key(record), []).append(record)
+    for (family, backend, world_size, device), rows in groups.items():
+        rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
+        lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
+                  f"{_cell(device)}", ""]
+        style = table._STYLES.get(family)
+        if style is None:
+            lines += _table_and_notes(table._render_group(rows, "github"))
+        else:
+            lines += ["```text", style(rows), "```"]
+        lines.append("")
+    if comparison is not None:
+        from .report import render as render_comparison
+
+        lines += ["## pytest-distbench comparison", "",
+                  render_comparison(comparison, "markdown").rstrip("\n"), ""]
+    return "\n".join(lines) + "\n"
+
+
+def _table_and_notes(text: str) -> list[str]:
+    # The terminal table's "# ..." footer lines would be headings in markdown: make them notes.
+    out, notes = [], []
+    for line in text.splitlines():
+        (notes if line.startswith("# ") else out).append(line)
+    if notes:
+        out.append("")
+        out += [f"> {line[2:]}  " for line in notes]
+    return out
+
+
+def _environment_line(environment: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    worlds = sorted({r["world_size"] for r in records})
+    parts = [f"torch {environment.get('torch', '?')}",
+             f"CPU {environment.get('cpu_model') or '?'} ({environment.get('cpu_count')} "
+             "logical CPUs)",
+             f"world sizes {', '.join(map(str, worlds))}"]
+    if environment.get("gpus"):
+        parts.append(f"GPUs {', '.join(map(str, environment['gpus']))}")
+    if environment.get("hostname"):
+        parts.append(f"host {environment['hostname']}")
+    return _cell(" · ".join(parts))
+
+
+def _cell(value: Any) -> str:
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text.replace("|", "\\|").replace("_", "\\_").replace("*", "\\*")
+
+
+def append(path: str | os.PathLike[str], text: str) -> None:
+    """Append to `path` (GITHUB_STEP_SUMMARY is shared by every step of a job)."""
+    target = Path(path)
+    with target.open("a", encoding="utf-8") as f:
+        if target.stat().st_size and not text.startswith("\n"):
+            f.write("\n")
+        f.write(text)

@@ -1,0 +1,260 @@
+"""What a family's plot shows, stated as data: which records, x, y, series, scales, units.
+
+A family states only its axes here (a `PlotSpec`); `plot.py` draws every spec the same way.
+Nothing in this module imports torch or matplotlib, so a spec can be read, tested and used for
+the one-line figures of `-v` and JUnit without either.
+
+Values are read from a record (the dicts of the results file, see docs/results-schema.md):
+
+- ``field``: a dotted path into the record: ``"nbytes"``, ``"world_size"``,
+  ``"params.credits"``, ``"summary.p50"``, ``"figures.agent_latency_s.p50"``.
+- ``of_time``: a function of the record and a time per iteration in seconds; the value is drawn
+  at the p50 of the samples with a band from the p5 to the p95 (a rate's band comes from the
+  p95 and p5 times, so it is still the middle 90 % of the iterations).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .stats import percentile
+
+Record = dict[str, Any]
+OfTime = Callable[[Record, float], "float | None"]
+
+BAND_LOW, BAND_HIGH = 5, 95
+
+
+def lookup(record: Record, path: str) -> Any:
+    """The value at a dotted path of a record, or None where any part is missing."""
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def time_percentile(record: Record, q: float) -> float | None:
+    """The q-th percentile of a record's per-iteration times (seconds)."""
+    samples = record.get("samples") or []
+    if not samples:
+        return None
+    if q == 50 and isinstance(record.get("summary"), dict) and "p50" in record["summary"]:
+        return _number(record["summary"]["p50"])
+    return percentile(sorted(samples), q)
+
+
+@dataclass(frozen=True)
+class Value:
+    """One plotted quantity of a record: from a field, or derived from its times."""
+
+    label: str
+    field: str | None = None
+    of_time: OfTime | None = None
+    scale: float = 1.0  # e.g. 1e6 for a field in seconds drawn in microseconds
+
+    def __post_init__(self) -> None:
+        if (self.field is None) == (self.of_time is None):
+            raise ValueError(f"value {self.label!r}: give exactly one of field and of_time")
+
+    def at(self, record: Record) -> float | None:
+        """The value drawn as the line (p50 time for derived values)."""
+        if self.field is not None:
+            value = _number(lookup(record, self.field))
+            return None if value is None else value * self.scale
+        return self._of(record, 50)
+
+    def band(self, record: Record) -> tuple[float, float] | None:
+        """(low, high) over the p5..p95 iteration times; None for a plain field."""
+        if self.of_time is None:
+            return None
+        low, high = self._of(record, BAND_LOW), self._of(record, BAND_HIGH)
+        if low is None or high is None:
+            return None
+        return (min(low, high), max(low, high))
+
+    def _of(self, record: Record, q: float) -> float | None:
+        seconds = time_percentile(record, q)
+        if seconds is None or seconds <= 0 or self.of_time is None:
+            return None
+        value = _number(self.of_time(record, seconds))
+        return None if value is None else value * self.scale
+
+
+@dataclass(frozen=True)
+class Axis:
+    label: str  # what it is: "message size", "credits", "clients"
+    unit: str = ""  # "bytes", "us", "GB/s", "msgs/s"; empty for a count
+    log: bool = True
+    size: bool = False  # ticks in binary units (4 B, 1 KiB, 1 MiB)
+
+    @property
+    def text(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: its y axis and the values drawn on it (one line each, per series)."""
+
+    title: str
+    y: Axis
+    values: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A figure for the `-v` line: label, value, unit and how to print it."""
+
+    label: str
+    value: Value
+    unit: str
+
+    def text(self, record: Record) -> str | None:
+        v = self.value.at(record)
+        return None if v is None else f"{self.label} {significant(v)} {self.unit}".rstrip()
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """Everything that differs between the plots of two families."""
+
+    name: str  # file stem, e.g. "collectives"; the split values are appended
+    families: tuple[str, ...]  # record "family" values this spec draws
+    x: Value
+    x_axis: Axis
+    panels: tuple[Panel, ...]
+    # Records that differ in these paths are different lines ("backend", "world_size", ...).
+    series: tuple[str, ...] = ("backend", "world_size")
+    # Records that differ in these paths go to different files; any other param that varies
+    # besides x and the series (a "sweep": dtype, batch, ...) splits files too.
+    split: tuple[str, ...] = ("family",)
+    title: str = "{family}"
+    headline: tuple[Headline, ...] = ()
+    note: str = ""  # one line under the title: what a point is, e.g. "p50, band p5-p95"
+
+    def accepts(self, record: Record) -> bool:
+        return record.get("family") in self.families
+
+
+_REGISTRY: dict[str, PlotSpec] = {}
+
+
+def register(spec: PlotSpec) -> PlotSpec:
+    """Add a family's plot (one line per family in plot_specs.py). Later wins per family."""
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def specs() -> tuple[PlotSpec, ...]:
+    from . import plot_specs  # noqa: F401 - registers the built-in specs on first use
+
+    return tuple(_REGISTRY.values())
+
+
+def spec_for(record: Record) -> PlotSpec | None:
+    """The spec that draws this record (the last registered that accepts it), if any."""
+    found = None
+    for spec in specs():
+        if spec.accepts(record):
+            found = spec
+    return found
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`digits` significant digits without an exponent: 0.000123, 1.23, 123, 12346."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    # Rounding may add a digit (9.996 -> 10.00): recount on the rounded value.
+    rounded = float(text.replace(",", ""))
+    if rounded != 0 and decimals > 0:
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+        text = f"{value:,.{decimals}f}"
+    return text
+
+
+def headline(records: Sequence[Record]) -> str:
+    """The figures a test's `-v` line ends with, e.g. 'p50 12.3 us, busbw 1.23 GB/s'."""
+    parts = []
+    for record in records:
+        spec = spec_for(record)
+        lines = spec.headline if spec is not None else DEFAULT_HEADLINE
+        texts = [t for t in (h.text(record) for h in lines) if t]
+        if texts:
+            parts.append(", ".join(texts))
+    if len(parts) > 3:
+        parts = parts[:3] + [f"... {len(parts) - 3} more"]
+    return "; ".join(parts)
+
+
+def time_us(record: Record, seconds: float) -> float:
+    return seconds * 1e6
+
+
+P50_US = Headline("p50", Value("p50", of_time=time_us), "us")
+DEFAULT_HEADLINE = (P50_US,)
+
+
+def series_label(keys: Iterable[str], record: Record) -> str:
+    parts = []
+    for key in keys:
+        value = lookup(record, key)
+        name = key.rsplit(".", 1)[-1]
+        if name == "world_size":
+            parts.append(f"{value} ranks")
+        elif name in ("backend", "family", "path", "transport", "store_backend"):
+            parts.append(str(value))
+        else:
+            parts.append(f"{name}={value}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Group:
+    """The records of one file: split values and, per series, the records in x order."""
+
+    spec: PlotSpec
+    key: tuple[tuple[str, Any], ...]
+    series: dict[str, list[Record]] = field(default_factory=dict)
+
+
+def group_records(spec: PlotSpec, records: Iterable[Record]) -> list[Group]:
+    """Split a spec's records into files and lines; a record without an x value is left out."""
+    mine = [r for r in records if spec.accepts(r) and spec.x.at(r) is not None]
+    if not mine:
+        return []
+    used = set(spec.series) | set(spec.split)
+    if spec.x.field:
+        # x may be read from the record ("nbytes") while params holds it too.
+        used |= {spec.x.field, "params." + spec.x.field.rsplit(".", 1)[-1]}
+    by_split: dict[tuple[Any, ...], list[Record]] = {}
+    for record in mine:
+        by_split.setdefault(tuple(repr(lookup(record, k)) for k in spec.split), []).append(record)
+    groups: dict[tuple[tuple[str, Any], ...], Group] = {}
+    for members in by_split.values():
+        # A parameter that varies here but is neither x, a series nor a split is a sweep: its
+        # own file (all_reduce at float16 and at float32 are two plots, not one tangle).
+        candidates = sorted({f"params.{k}" for r in members for k in (r.get("params") or {})}
+                            | {"dtype", "device"})
+        sweeps = tuple(p for p in candidates if p not in used
+                       and len({repr(lookup(r, p)) for r in members}) > 1)
+        for record in members:
+            key = tuple((k, lookup(record, k)) for k in tuple(spec.split) + sweeps)
+            group = groups.setdefault(key, Group(spec, key))
+            group.series.setdefault(series_label(spec.series, record), []).append(record)
+    for group in groups.values():
+        for rows in group.series.values():
+            rows.sort(key=lambda r: spec.x.at(r) or 0.0)
+    return list(groups.values())

@@ -1,0 +1,99 @@
+"""Reports through the plugin with real ranks: -v figures, JUnit, markdown, plots, merged sizes."""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+SUITE = """
+from pytest_distbench.suites.test_collectives import (  # noqa: F401
+    distbench_effective_nbytes, test_all_gather, test_barrier)
+"""
+
+
+def _properties(xml_path) -> dict[str, dict[str, str]]:
+    root = ET.parse(xml_path).getroot()
+    return {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+            for case in root.iter("testcase")}
+
+
+def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench_run):
+    pytest.importorskip("matplotlib")
+    pytester.makepyfile(test_suite=SUITE)
+    summary = pytester.path / "summary.md"
+    summary.write_text("# earlier step\n")
+    result = distbench_run(
+        "--distbench", "--world-size=2", "--tensor-size=4B,8B,1KiB", "-v",
+        "--distbench-iterations=8", "--distbench-warmup=1",
+        "--junitxml=report.xml", f"--distbench-markdown={summary}", "--distbench-plot=plots",
+    )
+    # all_gather of 4 B and 8 B at 2 ranks both move 8 B (one float per rank): run once.
+    result.assert_outcomes(passed=3, deselected=1)
+    out = result.stdout.str()
+    number = r"[0-9][0-9,]*(\.[0-9]+)?"
+    assert re.search(rf"test_all_gather\[gloo-ws2-4B\] PASSED p50 {number} us, busbw "
+                     rf"{number} GB/s", out), out
+    assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us", out), out
+    assert "test_all_gather[gloo-ws2-8B]" not in out
+    assert "requested sizes 4 B, 8 B all move 8 B at 2 ranks: measured once, shown once" in out
+
+    props = _properties(pytester.path / "report.xml")
+    gather = props["test_all_gather[gloo-ws2-4B]"]
+    assert gather["family"] == "all_gather" and gather["nbytes"] == "8"
+    assert gather["requested_nbytes"] == "4,8" and gather["iterations"] == "8"
+    for name in ("p50_us", "p95_us", "algbw_gbps", "busbw_gbps"):
+        assert float(gather[name]) > 0, name
+    assert float(gather["busbw_gbps"]) == pytest.approx(float(gather["algbw_gbps"]) / 2,
+                                                       rel=1e-3)  # (n-1)/n at 2 ranks
+    barrier = props["test_barrier[gloo-ws2]"]
+    assert float(barrier["p50_us"]) > 0 and "busbw_gbps" not in barrier
+
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n\n## pytest-distbench results")
+    assert "### all\\_gather · backend gloo · 2 ranks · cpu" in text
+    assert re.search(r"\|\s+8 B\s+\|\s+2\s+\|\s+float32\s+\|", text)
+    assert "> requested sizes 4 B, 8 B all move 8 B" in text
+
+    plots = sorted(p.name for p in (pytester.path / "plots").iterdir())
+    assert plots == ["all_gather.png", "barrier.png"]
+    assert "distbench: wrote 2 plot(s) to plots: all_gather.png, barrier.png" in out
+    from PIL import Image
+
+    for name in plots:
+        with Image.open(pytester.path / "plots" / name) as image:
+            image.verify()
+
+
+def test_gate_verdict_in_junit_and_comparison_in_markdown(pytester, distbench_run):
+    pytester.makepyfile(test_suite=SUITE)
+    # 8 B merges with 4 B at 2 ranks, but -k selects 8 B only: it runs (merging comes last).
+    args = ("--distbench", "--world-size=2", "--tensor-size=4B,8B", "-k", "all_gather and 8B",
+            "--distbench-iterations=20", "--distbench-warmup=1")
+    distbench_run(*args, "--distbench-save=base").assert_outcomes(passed=1)
+    summary = pytester.path / "summary.md"
+    result = distbench_run(*args, "--distbench-compare=base", "--junitxml=report.xml",
+                           f"--distbench-markdown={summary}", "--distbench-threshold=500%")
+    result.assert_outcomes(passed=1)
+    props = _properties(pytester.path / "report.xml")["test_all_gather[gloo-ws2-8B]"]
+    assert props["verdict"] in ("unchanged", "improvement", "regression")
+    assert "change_pct" in props and float(props["p_value"]) <= 1
+    text = summary.read_text()
+    assert "## pytest-distbench comparison" in text
+    assert "test\\_all\\_gather" in text or "test_all_gather" in text
+
+
+def test_plot_without_matplotlib_stops_before_any_rank(pytester, distbench_run, monkeypatch):
+    fake = pytester.mkdir("fake")
+    (fake / "matplotlib").mkdir()
+    (fake / "matplotlib" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    pytester.makepyfile(test_suite=SUITE)
+    monkeypatch.setenv("PYTHONPATH", f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    result = distbench_run("--distbench", "--distbench-plot=plots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert '--distbench-plot: plots need matplotlib' in err
+    assert 'pip install "pytest-distbench[plot]"' in err
+    assert "passed" not in result.stdout.str()

@@ -1,0 +1,266 @@
+"""Plots, headlines, JUnit properties and markdown from records (no ranks needed)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import plot_data
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_distbench.results import junit, markdown, plot, plot_spec, table
+from pytest_distbench.results.ratio import ratio_interval
+from pytest_distbench.results.storage import write_document
+from pytest_distbench.results.verdict import compare_documents
+
+matplotlib = pytest.importorskip("matplotlib")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _png_ok(path: Path) -> None:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.verify()  # a truncated or corrupt PNG raises here
+    pixels = matplotlib.image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 300
+    assert pixels.std() > 0.01  # not a blank canvas
+
+
+def test_every_family_of_the_contract_has_a_plot_with_its_series(tmp_path):
+    doc = plot_data.document(plot_data.every_family())
+    rendered = {r.path.name: r for r in plot.plot_document(doc, tmp_path)}
+    expected = {
+        # file: (series, lines per panel)
+        "all_reduce.png": (("gloo, 2 ranks", "gloo, 4 ranks"), (2, 2)),
+        "all_gather.png": (("gloo, 2 ranks", "gloo, 4 ranks"), (2, 2)),
+        "barrier.png": (("gloo",), (1,)),
+        "p2p_latency.png": (("gloo, 2 ranks",), (1,)),
+        "p2p_bandwidth.png": (("gloo, 2 ranks",), (1,)),
+        "message_rate-gloo-ws4.png": (("client_to_computation", "computation_to_client",
+                                       "computation_to_computation"), (3, 3)),
+        "rpc_transports-ws2.png": (("gloo_send_recv", "tensorpipe_shm", "tensorpipe_uv"), (3,)),
+        "agent_observer.png": (("gloo",), (4, 4, 4, 4)),  # p50/p75/p90/p95 in four panels
+        "store_init-ws2.png": (("legacy", "libuv"), (2,)),
+        "store_barrier-ws2.png": (("legacy", "libuv"), (2,)),
+    }
+    assert set(rendered) == set(expected)
+    for name, (series, lines) in expected.items():
+        assert (rendered[name].series, rendered[name].lines_per_panel) == (series, lines), name
+        _png_ok(tmp_path / name)
+
+
+def test_contract_family_names_all_have_a_spec():
+    families = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                "all_to_all", "barrier", "p2p_latency", "p2p_bandwidth", "p2p_bibw",
+                "p2p_message_rate_pairs", "message_rate", "rpc_latency", "rpc_throughput",
+                "rpc_transports", "agent_observer", "store_init", "store_barrier", "store_ops"]
+    missing = [f for f in families if plot_spec.spec_for({"family": f}) is None]
+    assert missing == []
+
+
+def test_a_parameter_that_varies_besides_x_and_series_splits_the_files(tmp_path):
+    records = plot_data.collectives(world_sizes=(2,))
+    for record in [r for r in records if r["family"] == "all_reduce"]:
+        twin = copy.deepcopy(record)
+        twin["id"] += "-fp16"
+        twin["params"]["dtype_name"] = "float16"
+        record["params"]["dtype_name"] = "float32"
+        records.append(twin)
+    names = sorted(r.path.name for r in plot.plot_records(records, {}, tmp_path))
+    assert names == ["all_gather.png", "all_reduce-dtype_namefloat16.png",
+                     "all_reduce-dtype_namefloat32.png", "barrier.png"]
+
+
+def test_a_users_own_sized_benchmark_gets_time_against_size(tmp_path):
+    mine = [plot_data.record("my_codec", nbytes=n, seconds=1e-5 * (1 + n / 1e6))
+            for n in plot_data.SIZES[:5]]
+    unsized = plot_data.record("my_setup", seconds=1e-3)
+    [rendered] = plot.plot_records(mine + [unsized], {}, tmp_path)
+    assert rendered.path.name == "my_codec.png" and rendered.lines_per_panel == (1,)
+    _png_ok(rendered.path)
+
+
+def test_names_from_a_foreign_file_stay_text_and_inside_the_directory(tmp_path):
+    hostile = "../../$\\frac{x$/evil"
+    records = [plot_data.record(hostile, nbytes=n, seconds=1e-5, backend="$\\alpha")
+               for n in plot_data.SIZES[:3]]
+    [rendered] = plot.plot_records(records, {"torch": "$x", "cpu_model": "a\nb"}, tmp_path)
+    assert rendered.path.parent == tmp_path and "/" not in rendered.path.name
+    _png_ok(rendered.path)
+
+
+def test_caption_names_torch_backend_cpu_and_world_sizes():
+    records = plot_data.collectives(world_sizes=(2, 4))
+    text = plot.caption(plot_data.ENVIRONMENT, records)
+    for part in ("torch 2.13.0+cpu", "backend gloo", "world size 2,4", "CPU Test CPU"):
+        assert part in text
+
+
+def test_band_is_p5_to_p95_of_the_times_and_inverted_for_rates():
+    record = plot_data.record("all_reduce", nbytes=1 << 20, seconds=1e-3, busbw_factor=1.0)
+    ordered = sorted(record["samples"])
+    from pytest_distbench.results.stats import percentile
+
+    time_low, time_high = plot_spec.Value("t", of_time=plot_spec.time_us).band(record)
+    assert time_low == pytest.approx(percentile(ordered, 5) * 1e6)
+    assert time_high == pytest.approx(percentile(ordered, 95) * 1e6)
+    from pytest_distbench.results.plot_specs import BUSBW
+
+    bw_low, bw_high = BUSBW.band(record)
+    assert bw_low == pytest.approx((1 << 20) / percentile(ordered, 95) / 1e9)
+    assert bw_high == pytest.approx((1 << 20) / percentile(ordered, 5) / 1e9)
+
+
+def test_comparison_plot_has_one_point_per_judged_benchmark(tmp_path):
+    records = plot_data.collectives(world_sizes=(2,))
+    base = plot_data.document(records)
+    changed = copy.deepcopy(records)
+    for i, record in enumerate(changed):
+        factor = (1.0, 1.5, 0.6)[i % 3]
+        record["samples"] = [s * factor for s in record["samples"]]
+    cur = plot_data.document(changed[1:])  # one benchmark missing: not drawn
+    comparison = compare_documents(base, cur, threshold=0.1)
+    [rendered] = plot.plot_comparison(base, cur, comparison, tmp_path)
+    assert rendered.path.name == "comparison.png"
+    assert rendered.lines_per_panel == (len(records) - 1,)
+    assert set(rendered.series) == {"regression", "improvement", "unchanged"}
+    _png_ok(rendered.path)
+    rows = plot.comparison_rows(base, cur, comparison)
+    kinds = {row.name: row.kind for row in rows}
+    assert {v.name: v.kind for v in comparison.verdicts if v.kind not in ("missing",)} == kinds
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=80),
+       st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=80),
+       st.floats(0.1, 10.0))
+def test_ratio_interval_holds_the_ratio_and_scales_with_the_current_run(base, cur, factor):
+    ratio, low, high = ratio_interval(base, cur)
+    assert low <= ratio <= high
+    scaled, scaled_low, scaled_high = ratio_interval(base, [x * factor for x in cur])
+    assert scaled == pytest.approx(ratio * factor, rel=1e-9)
+    assert scaled_low == pytest.approx(low * factor, rel=1e-9)
+    assert scaled_high == pytest.approx(high * factor, rel=1e-9)
+
+
+@given(st.floats(1e-12, 1e12))
+def test_significant_keeps_three_digits_and_never_prints_zero(value):
+    text = plot_spec.significant(value)
+    assert "e" not in text
+    back = float(text.replace(",", ""))
+    assert back > 0
+    assert math.isclose(back, value, rel_tol=5.01e-3)
+
+
+def test_headlines_per_family():
+    busbw = plot_data.record("all_reduce", nbytes=1 << 20, seconds=1e-3, busbw_factor=1.0)
+    p50 = busbw["summary"]["p50"]
+    assert plot_spec.headline([busbw]) == (
+        f"p50 {plot_spec.significant(p50 * 1e6)} us, "
+        f"busbw {plot_spec.significant((1 << 20) / p50 / 1e9)} GB/s")
+    rate = plot_data.message_rate()[0]
+    assert plot_spec.headline([rate]).endswith("MB/s")
+    assert "msgs/s" in plot_spec.headline([rate])
+    p2p = plot_data.p2p()[0]
+    one_way = p2p["summary"]["p50"] / 2 * 1e6
+    assert plot_spec.headline([p2p]) == f"one-way {plot_spec.significant(one_way)} us"
+    custom = dict(busbw, family="my_own_benchmark")
+    assert plot_spec.headline([custom]) == f"p50 {plot_spec.significant(p50 * 1e6)} us"
+
+
+def test_junit_properties_hold_the_figures_and_the_verdict():
+    record = plot_data.record("message_rate", nbytes=1024, seconds=1e-3,
+                              params={"path": "client_to_computation", "credits": 10},
+                              figures={"messages_per_iteration": 100, "msgs_per_s": 1e5,
+                                       "connect": {"p95_s": 0.25}, "per_rank": [1, 2]})
+    verdict = compare_documents(plot_data.document([record]), plot_data.document([record]),
+                                threshold=0.1).verdicts[0]
+    props = dict(junit.properties([record], {record["id"]: verdict}))
+    assert props["p50_us"] == pytest.approx(record["summary"]["p50"] * 1e6)
+    assert props["p95_us"] == pytest.approx(record["summary"]["p95"] * 1e6)
+    assert props["algbw_gbps"] == pytest.approx(record["algbw_gbps"], rel=1e-5)
+    assert props["msgs_per_s"] == 1e5 and props["messages_per_iteration"] == 100
+    assert props["connect.p95_s"] == 0.25 and "per_rank" not in props
+    assert props["verdict"] == "unchanged" and props["change_pct"] == 0
+
+
+def test_markdown_has_a_github_table_per_group_notes_and_the_comparison():
+    records = plot_data.collectives(world_sizes=(2,))
+    records[0]["requested_nbytes"] = [4, 2]
+    comparison = compare_documents(plot_data.document(records), plot_data.document(records),
+                                   threshold=0.1)
+    text = markdown.render(records, plot_data.ENVIRONMENT, comparison)
+    assert "### all\\_reduce · backend gloo · 2 ranks · cpu" in text
+    headers = [ln for ln in text.splitlines() if re.match(r"\|\s+size\s+\|", ln)]
+    assert len(headers) == 3  # all_reduce, all_gather, barrier
+    assert all(re.search(r"\|\s+busbw \(GB/s\)\s+\|", ln) for ln in headers)
+    assert re.search(r"\n\|-+\|-+", text)  # the GitHub header separator
+    assert "> requested sizes 4 B, 2 B all move 4 B at 2 ranks: measured once" in text
+    assert "\n# " not in text  # footers became notes, not headings
+    assert "## pytest-distbench comparison" in text and "| benchmark" in text
+
+
+def test_markdown_appends(tmp_path):
+    path = tmp_path / "summary.md"
+    path.write_text("earlier step\n")
+    markdown.append(path, "## ours\n")
+    assert path.read_text() == "earlier step\n\n## ours\n"
+
+
+def test_tables_print_three_significant_digits_of_small_bandwidths():
+    record = plot_data.record("all_reduce", nbytes=4, seconds=2.5e-4, busbw_factor=1.0)
+    line = [ln for ln in table.render_tables([record]).splitlines() if ln.strip().startswith(
+        "4 B")][0]
+    expected = plot_spec.significant(4 / record["summary"]["p50"] / 1e9)
+    assert expected.startswith("0.0000") and expected in line and "0.000 " not in line
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    code = ("import sys; from pytest_distbench.cli import main; rc = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'the plot command imported torch'; "
+            "sys.exit(rc)")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=180, env=env, cwd=REPO)
+
+
+def test_cli_plots_a_run_and_a_comparison_without_torch(tmp_path):
+    run = tmp_path / "run.json"
+    write_document(plot_data.document(plot_data.collectives()), run, overwrite=False)
+    done = _cli("plot", str(run), "--out", str(tmp_path / "plots"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "all_gather.png", "all_reduce.png", "barrier.png"]
+    assert "wrote" in done.stdout
+    done = _cli("plot", str(run), str(run), "--out", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stderr
+    _png_ok(tmp_path / "cmp" / "comparison.png")
+
+
+def test_cli_plot_errors_are_one_line(tmp_path):
+    done = _cli("plot", str(tmp_path / "missing.json"), "--out", str(tmp_path))
+    assert done.returncode == 2 and "missing.json" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = _cli("plot", "a.json", "b.json", "c.json", "--out", str(tmp_path))
+    assert done.returncode == 2 and "one results file, or two" in done.stderr
+
+
+def test_missing_matplotlib_names_the_extra(tmp_path):
+    # A matplotlib that cannot be imported, first on the path: as if it were not installed.
+    fake = tmp_path / "fake"
+    (fake / "matplotlib").mkdir(parents=True)
+    (fake / "matplotlib" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    run = tmp_path / "run.json"
+    write_document(plot_data.document(plot_data.collectives()), run, overwrite=False)
+    env = dict(os.environ, PYTHONPATH=f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    done = _cli("plot", str(run), "--out", str(tmp_path / "plots"), env=env)
+    assert done.returncode == 2
+    assert 'pip install "pytest-distbench[plot]"' in done.stderr
+    assert not (tmp_path / "plots").exists()
