@@ -254,7 +254,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     reason = _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
-    records = session.run_item(pyfuncitem, resolved, key)
+    records = session.run_item(pyfuncitem, resolved, key,
+                               fresh_world_after=uses_rpc(pyfuncitem))
     gate = pyfuncitem.config.stash.get(GATE_KEY, None)
     if gate is not None:
         failures = []

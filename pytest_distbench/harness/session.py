@@ -112,9 +112,15 @@ class DistbenchSession:
     # -- tests --------------------------------------------------------------------------------
 
     def run_item(
-        self, item: pytest.Function, settings: Settings, key: WorldKey
+        self, item: pytest.Function, settings: Settings, key: WorldKey,
+        fresh_world_after: bool = False,
     ) -> list[dict[str, Any]]:
-        """Run one test in its world; return its records, or fail/skip it as pytest does."""
+        """Run one test in its world; return its records, or fail/skip it as pytest does.
+
+        `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
+        RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
+        test cannot host another one that uses RRefs).
+        """
         task = _task_for(item, settings)
         try:
             world = self.world(key, settings.timeout)
@@ -122,6 +128,9 @@ class DistbenchSession:
             pytest.fail(f"could not start the world: {exc}", pytrace=False)
         result = world.run(task, settings.timeout)
         if not result.clean:
+            self.retire(world)
+        elif fresh_world_after:
+            world.stop()
             self.retire(world)
         shown = prefix_output(result.output)
         if shown:
