@@ -189,21 +189,24 @@ class _Rank:
         raise LookupError(f"unknown rank-local fixture {name!r}")
 
     def _rpc_agent(self) -> Any:
-        from .rpc import RpcContext, start_rpc, worker_name
+        from .rpc import RpcContext, fixture_transports, start_rpc, worker_name
 
         # One agent per test, rendezvous under the test's own prefix; run() shuts it down.
+        transports = fixture_transports(self.spec.world_size)
         self.rpc_name = start_rpc(
             self.base_store,
             f"{self.spec.store_prefix}rpc/{self.tests_run}/",
             self.spec.rank,
             self.spec.world_size,
             self.spec.timeout_s,
+            transports=transports,
         )
         return RpcContext(
             name=self.rpc_name,
             rank=self.spec.rank,
             world_size=self.spec.world_size,
             worker_names=[worker_name(r) for r in range(self.spec.world_size)],
+            transports=None if transports is None else tuple(transports),
         )
 
     def _stop_rpc(self, graceful: bool) -> None:

@@ -14,6 +14,13 @@ from datetime import timedelta
 from typing import Any
 
 _SCHEME = "distbench-store"
+# Above this many ranks the `rpc_agent` fixture restricts TensorPipe to its uv (TCP) transport.
+# At start-up every rank connects to rank 0 at once; TensorPipe's shm transport listens on a
+# unix socket whose accept queue overflows under that burst on a small machine, and a
+# non-blocking connect to a full unix socket fails at once (EAGAIN, "connect: Resource
+# temporarily unavailable", tensorpipe/common/socket.cc) where TCP would retry the SYN.  Measured
+# on 2 cores: 20 ranks start with shm, 40 and 80 do not; with uv only, 80 ranks run.
+SHM_MAX_WORLD = 20
 _stores: dict[str, tuple[Any, int, int]] = {}
 _registered: list[str] = []
 
@@ -26,6 +33,12 @@ class RpcContext:
     rank: int
     world_size: int
     worker_names: list[str]
+    transports: tuple[str, ...] | None = None  # None: TensorPipe's own choice (shm, uv, ...)
+
+
+def fixture_transports(world_size: int) -> list[str] | None:
+    """The transports the `rpc_agent` fixture asks TensorPipe for in a world of this size."""
+    return None if world_size <= SHM_MAX_WORLD else ["uv"]
 
 
 def worker_name(rank: int) -> str:

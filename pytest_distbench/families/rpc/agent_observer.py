@@ -178,6 +178,7 @@ def run_agent_observer(distbench: Any, rpc_agent: Any, *, batch: bool,
         "out_features": out_features, "episodes": episodes, "steps": steps,
         "observers": observers, "batch_size": batch_size, "run_s": result["run_s"],
         "episode_s": result["episode_s"],
+        "tensorpipe_transports": list(rpc_agent.transports or ["default"]),
         "metrics": metrics.agent_observer_metrics(result["agent"], result["observer"],
                                                   batch_size),
     }
