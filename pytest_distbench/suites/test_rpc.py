@@ -16,7 +16,8 @@ import pytest
 from pytest_distbench.families.rpc import tables  # noqa: F401 - registers the table styles
 from pytest_distbench.families.rpc.latency import run_latency
 from pytest_distbench.families.rpc.throughput import run_throughput
-from pytest_distbench.families.rpc.transports import TRANSPORT_NAMES, run_transport
+from pytest_distbench.families.rpc.catalog import TRANSPORTS, unavailable
+from pytest_distbench.families.rpc.transports import run_transport
 
 pytestmark = [pytest.mark.distbench(world_size=2), pytest.mark.distbench_rpc]
 
@@ -29,6 +30,14 @@ def test_rpc_throughput(distbench, rpc_agent, nbytes, credits):
     run_throughput(distbench, rpc_agent, nbytes, credits)
 
 
-@pytest.mark.parametrize("transport", TRANSPORT_NAMES)
+def _transport_params():
+    # A transport this machine lacks is skipped with its reason before any rank starts.
+    for transport in TRANSPORTS:
+        reason = unavailable(transport)
+        marks = [pytest.mark.skip(reason=f"{transport.name}: {reason}")] if reason else []
+        yield pytest.param(transport.name, id=transport.name, marks=marks)
+
+
+@pytest.mark.parametrize("transport", list(_transport_params()))
 def test_transports(distbench, tcp_store, process_group, rank, world_size, transport, nbytes):
     run_transport(distbench, tcp_store, process_group, rank, world_size, transport, nbytes)
