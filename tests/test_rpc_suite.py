@@ -116,6 +116,9 @@ def test_a_raising_rpc_handler_fails_with_the_peers_traceback_and_the_next_test_
     )
     result = distbench_run("--distbench", "--world-size=2")
     result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["distbench rpc check rdma_fork: *",
+                                 "distbench rpc check container_ipc: *",
+                                 "distbench rpc check gdr_small_payload: *"])
     result.stdout.fnmatch_lines([
         "*rank 0 raised:*",
         "*test_handler_raises*",

@@ -34,9 +34,10 @@ def loopback_interface(sys_root: Path = Path("/sys")) -> str:
 
 
 def rank_listen_env(interface: str | None = None) -> dict[str, str]:
-    """What a rank's environment needs so gloo pairs and TensorPipe listen on loopback only."""
+    """What a rank's environment needs so gloo pairs, TensorPipe and NCCL's bootstrap listen on
+    loopback only (one host: NCCL moves data over P2P/shared memory, not its socket)."""
     name = interface or loopback_interface()
-    return {"GLOO_SOCKET_IFNAME": name, "TP_SOCKET_IFNAME": name}
+    return {"GLOO_SOCKET_IFNAME": name, "TP_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
 
 
 def loopback_store(timeout_s: float | None = None) -> Any:

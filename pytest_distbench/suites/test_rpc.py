@@ -14,9 +14,9 @@ TensorPipe's CUDA channels on a GPU machine) and lists the others as skipped wit
 import pytest
 
 from pytest_distbench.families.rpc import tables  # noqa: F401 - registers the table styles
+from pytest_distbench.families.rpc.catalog import TRANSPORTS, unavailable
 from pytest_distbench.families.rpc.latency import run_latency
 from pytest_distbench.families.rpc.throughput import run_throughput
-from pytest_distbench.families.rpc.catalog import TRANSPORTS, unavailable
 from pytest_distbench.families.rpc.transports import run_transport
 
 pytestmark = [pytest.mark.distbench(world_size=2), pytest.mark.distbench_rpc]

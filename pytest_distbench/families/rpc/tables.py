@@ -127,11 +127,12 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
             _fmt(m["observer_latency_s"]["p95"] * 1e3, ".3f"),
             _fmt(m["observer_throughput"]["p50"], ",.0f"),
             _fmt(f.get("run_s"), ".1f"),
+            ",".join(f.get("tensorpipe_transports", ["default"])),
         ])
     table = _table(rows, [
         "batch", "state", "nlayers", "out", "episodes x steps", "agent p50 (ms)",
         "agent p95 (ms)", "agent req/s p50", "observer p50 (ms)", "observer p95 (ms)",
-        "observer req/s p50", "run (s)"])
+        "observer req/s p50", "run (s)", "TensorPipe"])
     note = ("# coordinator rank 0, agent rank 1, observers ranks 2..n-1; agent throughput = "
             "batch size / agent latency, observer throughput = 1 / observer latency; "
             "the seed runs 10 episodes x 100 steps")
