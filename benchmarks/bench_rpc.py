@@ -53,17 +53,23 @@ def _by_hand(*args: str) -> dict:
 
 
 def latency(tmp: Path, rounds: int, iterations: int) -> None:
-    plugin, hand = [], []
+    """The plugin pins rank r to CPU r (--distbench-bind=core); the hand loop runs both ways."""
+    runs: dict[str, list[float]] = {"plugin": [], "hand, pinned": [], "hand, unpinned": []}
     for _ in range(rounds):
         records, _ = _pytest(tmp, "--world-size=2", "-k", "rpc_latency", "--tensor-size=4B",
                              f"--distbench-iterations={iterations}", "--distbench-warmup=20")
-        plugin.append(records[0]["summary"]["p50"])
-        hand.append(_by_hand("latency", str(iterations), "20")["p50_s"])
-    p, h = statistics.median(plugin), statistics.median(hand)
+        runs["plugin"].append(records[0]["summary"]["p50"])
+        runs["hand, pinned"].append(
+            _by_hand("latency", str(iterations), "20", "pin")["p50_s"])
+        runs["hand, unpinned"].append(_by_hand("latency", str(iterations), "20")["p50_s"])
+    medians = {k: statistics.median(v) for k, v in runs.items()}
     print("rpc_sync round trip, 4 B, p50 (median of rounds, alternating):")
-    print(f"  plugin {p * 1e6:8.1f} us   rounds {[round(x * 1e6) for x in plugin]}")
-    print(f"  hand   {h * 1e6:8.1f} us   rounds {[round(x * 1e6) for x in hand]}")
-    print(f"  ratio plugin/hand = {p / h:.3f}  (goal <= 1.05)")
+    for name, values in runs.items():
+        print(f"  {name:15s} {medians[name] * 1e6:8.1f} us   rounds "
+              f"{[round(x * 1e6) for x in values]}")
+    for name in ("hand, pinned", "hand, unpinned"):
+        print(f"  ratio plugin / {name} = {medians['plugin'] / medians[name]:.3f}"
+              "  (goal <= 1.05)")
 
 
 def agent_observer(tmp: Path, rounds: int, world_size: int) -> None:

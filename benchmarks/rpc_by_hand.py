@@ -1,6 +1,6 @@
 """RPC benchmarks written by hand with torch alone: the reference bench_rpc.py compares against.
 
-    python benchmarks/rpc_by_hand.py latency ITERATIONS WARMUP
+    python benchmarks/rpc_by_hand.py latency ITERATIONS WARMUP [pin]
     python benchmarks/rpc_by_hand.py agent_observer WORLD_SIZE EPISODES STEPS [uv]
 
 Prints one JSON line.  No pytest, no plugin: processes forked with multiprocessing, TensorPipe
@@ -44,7 +44,12 @@ def _init(rank: int, world_size: int, port: int, transports=None) -> None:
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
 
 
-def latency_rank(rank, port, iterations, warmup, queue) -> None:
+def latency_rank(rank, port, iterations, warmup, pin, queue) -> None:
+    if pin:  # as the plugin's --distbench-bind=core: rank r on the r-th usable CPU
+        import os
+
+        usable = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {usable[rank % len(usable)]})
     _init(rank, 2, port)
     if rank == 0:
         data = torch.zeros(1, dtype=torch.float32)  # 4 bytes
@@ -149,7 +154,8 @@ def main() -> None:
     what = sys.argv[1]
     began = time.perf_counter()
     if what == "latency":
-        result = _run(latency_rank, 2, _free_port(), int(sys.argv[2]), int(sys.argv[3]))
+        result = _run(latency_rank, 2, _free_port(), int(sys.argv[2]), int(sys.argv[3]),
+                      sys.argv[4:] == ["pin"])
     else:
         world_size, episodes, steps = (int(x) for x in sys.argv[2:5])
         transports = ["uv"] if sys.argv[5:] == ["uv"] else None
