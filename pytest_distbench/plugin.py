@@ -57,6 +57,11 @@ def pytest_configure(config: pytest.Config) -> None:
         + ", ".join(s.name for s in settings_module.SETTINGS)
         + " override the command line and ini for this test",
     )
+    config.addinivalue_line(
+        "markers",
+        "distbench_rpc: the test uses torch.distributed.rpc (the RPC environment checks run; "
+        "tests that request rpc_agent need no marker)",
+    )
     if not config.getoption("distbench"):
         return
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
@@ -268,6 +273,31 @@ def _effective_nbytes(config: pytest.Config, item: pytest.Item) -> int | None:
     return hook(item.originalname, callspec.params["nbytes"], world_size, dtype)
 
 
+def uses_rpc(item: pytest.Item) -> bool:
+    return "rpc_agent" in getattr(item, "fixturenames", ()) or (
+        item.get_closest_marker("distbench_rpc") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before any rank starts: the RPC pitfall checks, printed, and their fixes for the ranks."""
+    distbench = session.config.stash.get(SESSION_KEY, None)
+    if distbench is None or not any(uses_rpc(item) for item in session.items):
+        return
+    import torch
+
+    from .results import pitfalls
+
+    checks = pitfalls.run_checks(gpu_visible=torch.cuda.device_count() > 0,
+                                 sizes=settings_module.resolve(session.config).tensor_size)
+    distbench.rpc_checks = checks
+    distbench.rank_env.update(pitfalls.rank_env(checks))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for check in checks:
+            reporter.write_line(f"distbench rpc check {check.line()}",
+                                yellow=check.status != "ok")
+
+
 def _rank_local_fixture(name: str) -> Any:
     def fixture() -> RankLocal:
         return RankLocal(name)
@@ -296,7 +326,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     reason = _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
-    records = session.run_item(pyfuncitem, resolved, key)
+    records = session.run_item(pyfuncitem, resolved, key,
+                               fresh_world_after=uses_rpc(pyfuncitem))
     requested = pyfuncitem.stash.get(REQUESTED_KEY, None)
     if requested:
         for record in records:
@@ -388,6 +419,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     merge_rank_facts(environment, distbench.rank_infos)
     environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
     environment["cpu_probe_s"] = distbench.cpu_probes
+    if distbench.rpc_checks is not None:
+        environment["rpc_checks"] = [check.as_dict() for check in distbench.rpc_checks]
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     json_path = config.getoption("distbench_json")
     if json_path:

@@ -30,6 +30,8 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
     """Entry point of a rank process (started by the controller through the forkserver)."""
     _redirect_output(spec.capture_path)
     _die_with_controller(lifeline)
+    # Before torch opens a socket: the world's listen interface, fork safety for RDMA, ...
+    os.environ.update(dict(spec.env))
     try:
         rank = _Rank(spec)
     except BaseException:
@@ -137,12 +139,14 @@ class _Rank:
             if distbench is None:
                 distbench = self._distbench(task)
             function(**kwargs)
+            self._stop_rpc(graceful=True)
         except Skipped as exc:
+            self._stop_rpc(graceful=False)
             return TestOutcome(rank=self.spec.rank, status="skipped", message=str(exc.msg))
         except BaseException:
-            return TestOutcome(
-                rank=self.spec.rank, status="failed", message=_format_exception(task)
-            )
+            message = _format_exception(task)
+            self._stop_rpc(graceful=False)
+            return TestOutcome(rank=self.spec.rank, status="failed", message=message)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -185,22 +189,34 @@ class _Rank:
         raise LookupError(f"unknown rank-local fixture {name!r}")
 
     def _rpc_agent(self) -> Any:
-        from .rpc import RpcContext, start_rpc
+        from .rpc import RpcContext, fixture_transports, start_rpc, worker_name
 
-        if self.rpc_name is None:
-            self.rpc_name = start_rpc(
-                self.base_store,
-                f"{self.spec.store_prefix}rpc/",
-                self.spec.rank,
-                self.spec.world_size,
-                self.spec.timeout_s,
-            )
+        # One agent per test, rendezvous under the test's own prefix; run() shuts it down.
+        transports = fixture_transports(self.spec.world_size)
+        self.rpc_name = start_rpc(
+            self.base_store,
+            f"{self.spec.store_prefix}rpc/{self.tests_run}/",
+            self.spec.rank,
+            self.spec.world_size,
+            self.spec.timeout_s,
+            transports=transports,
+        )
         return RpcContext(
             name=self.rpc_name,
             rank=self.spec.rank,
             world_size=self.spec.world_size,
-            worker_names=[f"worker{r}" for r in range(self.spec.world_size)],
+            worker_names=[worker_name(r) for r in range(self.spec.world_size)],
+            transports=None if transports is None else tuple(transports),
         )
+
+    def _stop_rpc(self, graceful: bool) -> None:
+        """End this test's agent. After a failure only locally: the peer may be the culprit."""
+        if self.rpc_name is None:
+            return
+        from .rpc import stop_rpc
+
+        self.rpc_name = None
+        stop_rpc(self.spec.timeout_s, graceful=graceful)
 
     def close(self, timeout_s: float) -> None:
         import torch.distributed as dist
@@ -208,7 +224,7 @@ class _Rank:
         if self.rpc_name is not None:
             from .rpc import stop_rpc
 
-            stop_rpc(timeout_s)
+            stop_rpc(timeout_s, graceful=False)
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -40,6 +40,8 @@ class DistbenchSession:
         self.comparison: Any = None  # verdict.Comparison of the whole run, when gating
         self.cpu_probes: list[float] = []  # machine speed at start and end (environment)
         self.rank_infos: list[dict[str, Any]] = []  # what each started rank saw (GPU, NCCL)
+        self.rank_env: dict[str, str] = {}  # more environment for every rank (pitfall fixes)
+        self.rpc_checks: list[Any] | None = None  # pitfalls.Check list, when a test uses RPC
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
@@ -63,6 +65,7 @@ class DistbenchSession:
             store_prefix=f"world{self._worlds_started}/",
             capture_dir=self._captures(),
             timeout_s=timeout_s,
+            env=self.rank_env,
         )
         world.start(START_TIMEOUT_S)
         self.world_starts.append((str(key), world.start_s))
@@ -84,10 +87,11 @@ class DistbenchSession:
 
     def _rendezvous_store(self) -> Any:
         if self._store is None:
-            import torch.distributed as dist
+            from .loopback import loopback_store
 
-            # Port 0: the kernel picks a free port, so parallel sessions never collide.
-            self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+            # Port 0: the kernel picks a free port, so parallel sessions never collide; bound to
+            # 127.0.0.1 only (a bare TCPStore master listens on every interface).
+            self._store = loopback_store()
         return self._store
 
     def _captures(self) -> Path:
@@ -108,9 +112,15 @@ class DistbenchSession:
     # -- tests --------------------------------------------------------------------------------
 
     def run_item(
-        self, item: pytest.Function, settings: Settings, key: WorldKey
+        self, item: pytest.Function, settings: Settings, key: WorldKey,
+        fresh_world_after: bool = False,
     ) -> list[dict[str, Any]]:
-        """Run one test in its world; return its records, or fail/skip it as pytest does."""
+        """Run one test in its world; return its records, or fail/skip it as pytest does.
+
+        `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
+        RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
+        test cannot host another one that uses RRefs).
+        """
         task = _task_for(item, settings)
         try:
             world = self.world(key, settings.timeout)
@@ -118,6 +128,9 @@ class DistbenchSession:
             pytest.fail(f"could not start the world: {exc}", pytrace=False)
         result = world.run(task, settings.timeout)
         if not result.clean:
+            self.retire(world)
+        elif fresh_world_after:
+            world.stop()
             self.retire(world)
         shown = prefix_output(result.output)
         if shown:

@@ -36,6 +36,8 @@ class RankSpec:
     capture_path: str
     timeout_s: float
     cpus: tuple[int, ...] | None = None  # CPU affinity of the rank, None to leave it alone
+    # Environment the rank sets before it opens any socket (listen interface, fork safety).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from . import rank as rank_module
+from .loopback import rank_listen_env
 from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
 _PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
@@ -99,7 +100,11 @@ class World:
         store_prefix: str,
         capture_dir: Path,
         timeout_s: float,
+        loopback_only: bool = True,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """`loopback_only`: gloo and TensorPipe listen on loopback (a local world); launcher
+        mode passes False to keep the interface the user chose. `env`: more rank environment."""
         self.key = key
         self.store_host = store_host
         self.store_port = store_port
@@ -109,6 +114,8 @@ class World:
             for r in range(key.world_size)
         ]
         self.timeout_s = timeout_s
+        self.rank_env = dict(rank_listen_env()) if loopback_only else {}
+        self.rank_env.update(env or {})
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self._lifelines: list[Connection] = []
@@ -133,6 +140,7 @@ class World:
                 capture_path=str(self.capture_paths[r]),
                 timeout_s=self.timeout_s,
                 cpus=rank_cpus(r, self.key.bind),
+                env=tuple(sorted(self.rank_env.items())),
             )
             conn, child_conn = ctx.Pipe(duplex=True)
             lifeline_read, lifeline_write = ctx.Pipe(duplex=False)

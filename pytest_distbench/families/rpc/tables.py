@@ -1,0 +1,145 @@
+"""How the RPC family's records print at the end of a session (registered on import).
+
+rpc_latency and rpc_throughput print one row per size; rpc_transports prints the users' table
+shape (rows = transport, columns = sizes, round trip in ms), with a row for every transport of
+the catalog, run or not, saying why it was not; agent_observer prints a summary row per point
+and then the seed's per-point block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from ...results import units
+from ...results.table import register_style
+from .catalog import BY_NAME, TRANSPORTS, unavailable
+from .metrics import METRICS, PERCENTILES
+
+_SEED_LABELS = {
+    "agent_latency_s": "agent latency",
+    "agent_throughput": "agent throughput",
+    "observer_latency_s": "observer latency",
+    "observer_throughput": "observer throughput",
+}
+
+
+def _size(nbytes: int | None) -> str:
+    return "-" if nbytes is None else units.format_size(nbytes)
+
+
+def _table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=("right",) * len(headers))
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_latency(records: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        s, f = r["summary"], r["figures"]
+        rows.append([_size(r["nbytes"]), units.format_duration_us(s["p50"]),
+                     units.format_duration_us(s["p95"]), _fmt(f.get("mbps"), ".3f"),
+                     r["wrong"] if r["wrong"] is not None else "N/A",
+                     f"{r['stalls']}/{r['iterations']}"])
+    return _table(rows, ["size", "round trip p50 (us)", "round trip p95 (us)",
+                         "MB/s (payload both ways)", "#wrong", "stalls"]) + (
+        "\n# rpc_sync to rank 1, which echoes the payload back: times are ROUND TRIPS; "
+        "MB/s = 2 x size / p50")
+
+
+def render_throughput(records: list[dict[str, Any]]) -> str:
+    records = sorted(records, key=lambda r: (r["nbytes"] or 0, r["figures"].get("credits", 0)))
+    rows = []
+    for r in records:
+        s, f = r["summary"], r["figures"]
+        rows.append([_size(r["nbytes"]), f.get("credits", "-"), f.get("messages_per_iteration"),
+                     units.format_duration_us(s["p50"]), _fmt(f.get("msgs_per_s"), ",.0f"),
+                     _fmt(f.get("mbps"), ".3f"), f"{r['stalls']}/{r['iterations']}"])
+    return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)", "msgs/s",
+                         "MB/s (payload one way)", "stalls"]) + (
+        "\n# rpc_async to rank 1 with at most `credits` unanswered; rates from the p50 "
+        "iteration; MB/s = msgs/s x size / 1e6")
+
+
+def render_transports(records: list[dict[str, Any]]) -> str:
+    sizes = sorted({r["nbytes"] for r in records if r["nbytes"] is not None})
+    cells: dict[str, dict[int, float]] = {}
+    for r in records:
+        cells.setdefault(r["figures"].get("transport", "?"), {})[r["nbytes"]] = r["summary"]["p50"]
+    rows = []
+    for t in TRANSPORTS:
+        if t.name in cells:
+            rows.append([t.name] + [
+                _fmt(cells[t.name][n] * 1e3, ".4f") if n in cells[t.name] else "-"
+                for n in sizes])
+        else:
+            reason = unavailable(t) or "not run in this session (deselected, or it failed)"
+            rows.append([t.name] + ["skipped"] * len(sizes) + [reason])
+    for name in sorted(set(cells) - set(BY_NAME)):
+        rows.append([name] + [_fmt(cells[name].get(n, 0) * 1e3, ".4f") for n in sizes])
+    headers = ["transport (round trip, ms)"] + [_size(n) for n in sizes]
+    if any(len(row) > len(headers) for row in rows):
+        headers.append("why skipped")
+        rows = [row + [""] * (len(headers) - len(row)) for row in rows]
+    return _table(rows, headers) + (
+        "\n# p50 of rank 0's round trip (payload there and back); ms = 1e-3 s")
+
+
+def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
+    """The seed's per-point report: latency in seconds (3 decimals), throughput as integers."""
+    f = record["figures"]
+    lines = ["---------", "Benchmark", f"{x_axis} : {record['world_size']}"]
+    for key in ("batch", "state_size", "nlayers", "out_features", "episodes", "steps"):
+        if key in f:
+            value = f[key]
+            if key == "state_size":
+                value = "-".join(str(d) for d in value)
+            lines.append(f"{key} : {value}")
+    for metric in METRICS:
+        values = f["metrics"][metric]
+        if metric.endswith("_s"):
+            shown = ", ".join(f"{p}: {round(values[f'p{p}'], 3)}" for p in PERCENTILES)
+        else:
+            shown = ", ".join(f"{p}: {int(values[f'p{p}'])}" for p in PERCENTILES)
+        lines.append(f"{_SEED_LABELS[metric]} -- {{{shown}}}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def render_agent_observer(records: list[dict[str, Any]]) -> str:
+    points = [r for r in records if r["figures"].get("metric") == "observer_latency"]
+    rows = []
+    for r in points:
+        f = r["figures"]
+        m = f["metrics"]
+        rows.append([
+            "true" if f["batch"] else "false", "-".join(str(d) for d in f["state_size"]),
+            f["nlayers"], f["out_features"], f"{f['episodes']}x{f['steps']}",
+            _fmt(m["agent_latency_s"]["p50"] * 1e3, ".3f"),
+            _fmt(m["agent_latency_s"]["p95"] * 1e3, ".3f"),
+            _fmt(m["agent_throughput"]["p50"], ",.0f"),
+            _fmt(m["observer_latency_s"]["p50"] * 1e3, ".3f"),
+            _fmt(m["observer_latency_s"]["p95"] * 1e3, ".3f"),
+            _fmt(m["observer_throughput"]["p50"], ",.0f"),
+            _fmt(f.get("run_s"), ".1f"),
+            ",".join(f.get("tensorpipe_transports", ["default"])),
+        ])
+    table = _table(rows, [
+        "batch", "state", "nlayers", "out", "episodes x steps", "agent p50 (ms)",
+        "agent p95 (ms)", "agent req/s p50", "observer p50 (ms)", "observer p95 (ms)",
+        "observer req/s p50", "run (s)", "TensorPipe"])
+    note = ("# coordinator rank 0, agent rank 1, observers ranks 2..n-1; agent throughput = "
+            "batch size / agent latency, observer throughput = 1 / observer latency; "
+            "the seed runs 10 episodes x 100 steps")
+    return "\n".join([table, note] + [seed_block(r) for r in points])
+
+
+register_style(["rpc_latency"], render_latency)
+register_style(["rpc_throughput"], render_throughput)
+register_style(["rpc_transports"], render_transports)
+register_style(["agent_observer"], render_agent_observer)
