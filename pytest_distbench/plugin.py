@@ -51,15 +51,22 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not config.getoption("distbench"):
         return
+    from .harness import launcher_plugin, xdist
+
+    launch = launcher_plugin.configure(config)  # None in local mode
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
-    _configure_baselines(config)
+    if launch is None or launch.rank == 0:  # in launcher mode rank 0 alone reads and writes
+        _configure_baselines(config)
     from .harness.world import warm_up_forkserver
     from .results.environment import cpu_probe
 
-    session = DistbenchSession()
+    session = DistbenchSession() if launch is None else launcher_plugin.start(
+        config, launch, lambda records, resolved: _check_gate(config, records, resolved))
     # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
-    warm_up_forkserver()  # its torch import overlaps collection
+    if launch is None and not xdist.is_controller(config):
+        warm_up_forkserver()  # its torch import overlaps collection
+    xdist.configure(config, session)
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
 
@@ -221,11 +228,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     resolved = _marker_settings(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
     key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, resolved.bind)
-    reason = _backend_unavailable(backend, key.world_size)
+    # Launcher mode agrees on availability across its ranks (harness/inprocess.py).
+    reason = None if session.external else _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
     records = session.run_item(pyfuncitem, resolved, key)
-    gate = pyfuncitem.config.stash.get(GATE_KEY, None)
+    _check_gate(pyfuncitem.config, records, resolved)
+    return True
+
+
+def _check_gate(config: pytest.Config, records: list[dict[str, Any]],
+                resolved: settings_module.Settings) -> None:
+    gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
         failures = []
         for record in records:
@@ -234,7 +248,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
                 failures.append(gate.failure_message(v, len(record["samples"])))
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-    return True
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -270,6 +283,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if distbench is None:
         return
     distbench.close()
+    from .harness import xdist
+
+    if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
+        return
     if not distbench.records:
         return
     from .results import storage
@@ -280,6 +297,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     merge_rank_facts(environment, distbench.rank_infos)
     environment["world_sizes"] = sorted({r["world_size"] for r in distbench.records})
     environment["cpu_probe_s"] = distbench.cpu_probes
+    environment.update(distbench.environment_facts())  # launcher, hosts, xdist workers
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     json_path = config.getoption("distbench_json")
     if json_path:

@@ -36,6 +36,7 @@ class RankSpec:
     capture_path: str
     timeout_s: float
     cpus: tuple[int, ...] | None = None  # CPU affinity of the rank, None to leave it alone
+    local_rank: int | None = None  # rank on its host (launcher mode), picks the GPU
 
 
 @dataclass(frozen=True)
