@@ -159,6 +159,9 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+# Defaults that come from the run, not the code: in launcher mode the world size it started.
+RUN_DEFAULTS = pytest.StashKey[dict[str, str]]()
+
 NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
 
@@ -199,7 +202,8 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
         elif config.getini(s.ini) not in (None, "", []):
             text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
         else:
-            text, source = s.default, f"default of {s.option}"
+            text = config.stash.get(RUN_DEFAULTS, {}).get(s.name, s.default)
+            source = f"default of {s.option}"
         try:
             values[s.name] = s.parse(text)
         except ValueError as exc:

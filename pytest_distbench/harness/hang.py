@@ -41,21 +41,34 @@ class Running:
         return f"t{self.index}/{name}"
 
 
-def main_thread_stack() -> str:
+def main_thread_stack(test_file: str | None = None) -> str:
+    """The main thread's stack, from the test body down (or from the harness, when the body
+    has returned and the rank waits for the others)."""
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     if frame is None:
         return "(no Python frame in the main thread)"
-    return "".join(traceback.format_stack(frame))
+    frames = traceback.extract_stack(frame)
+    starts = [i for i, f in enumerate(frames) if f.filename == test_file]
+    if not starts:
+        starts = [i for i, f in enumerate(frames) if _HARNESS in f.filename]
+    return "".join(traceback.format_list(frames[starts[0] if starts else 0:]))
 
 
-def exit_now(code: int = EXIT_CODE, message: str | None = None) -> None:
-    if message:
-        sys.stderr.write(message + "\n")
+_HARNESS = os.path.join("pytest_distbench", "harness", "")
+
+
+def flush() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
+
+
+def exit_now(code: int = EXIT_CODE, message: str | None = None) -> None:
+    if message:
+        sys.stderr.write(message + "\n")
+    flush()
     os._exit(code)
 
 
@@ -167,7 +180,8 @@ class VerdictWatch(_Watch):
         if verdict.get("status") != "hung" or not self._claim(running):
             return
         try:
-            self._channel.set(running.key(f"stack/{self._rank}"), main_thread_stack())
+            self._channel.set(running.key(f"stack/{self._rank}"),
+                              main_thread_stack(str(running.item.path)))
             self._channel.wait([running.key("exit")], STACK_WAIT_S + EXIT_WAIT_S)
         except (StoreLost, RuntimeError):
             pass  # rank 0 finished and took the store with it

@@ -318,7 +318,7 @@ class LauncherSession(DistbenchSession):
         pending = [r for r in range(self.world_size)
                    if not ch.has(running.key(f"outcome/{r}"))]
         ch.set(running.key("verdict"), {"status": "hung", "pending": pending})
-        stacks = {0: hang.main_thread_stack()} if 0 in pending else {}
+        stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
         others = [r for r in pending if r != 0]
         ch.wait([running.key(f"stack/{r}") for r in others], hang.STACK_WAIT_S)
         for r in others:
@@ -340,7 +340,8 @@ class LauncherSession(DistbenchSession):
         try:
             hang.report_hang_and_exit(self.config, self.pytest_session, running, "\n".join(lines))
         finally:
-            ch.set(running.key("exit"), 1)
+            hang.flush()
+            ch.set(running.key("exit"), 1)  # the others may exit now: the report is out
 
     # -- the end ----------------------------------------------------------------------------
 

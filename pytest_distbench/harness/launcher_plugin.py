@@ -19,10 +19,9 @@ def configure(config: pytest.Config) -> LaunchEnv | None:
     launch = resolve(config, settings_module.launcher_mode(config))
     if launch is None:
         return None
-    if config.getoption("distbench_world_size") is None and not config.getini(
-            "distbench_world_size"):
-        # The launcher fixed the world: its size is the default, not --world-size's.
-        config.option.distbench_world_size = str(launch.world_size)
+    # The launcher fixed the world: its size is the default world size.
+    config.stash.setdefault(settings_module.RUN_DEFAULTS, {})["world_size"] = str(
+        launch.world_size)
     if launch.rank != 0:
         _quiet(config)
     return launch
