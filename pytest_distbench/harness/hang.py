@@ -4,9 +4,10 @@ Rank 0 keeps a deadline per test (DeadlineWatch). Past it, from its own thread (
 may be stuck in the test body), it declares the test hung in the store, collects the stack of
 every rank that did not finish, reports the test as failed and every later test as not run,
 finishes the session (tables, results file) and exits non-zero. The other ranks each keep a
-VerdictWatch: a thread that waits for rank 0's verdict on the running test; on "hung" it posts
-its main thread's stack, waits for rank 0 to finish reporting and exits non-zero; if rank 0
-gives no verdict at all in time (it died, or the store is gone) it exits non-zero by itself.
+VerdictWatch: past the same timeout, a thread reads rank 0's verdict on the running test; on
+"hung" it posts its main thread's stack, waits for rank 0 to finish reporting and exits
+non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
+non-zero by itself.
 """
 
 from __future__ import annotations
@@ -79,11 +80,17 @@ def park() -> None:
 
 
 class _Watch:
-    """One thread, armed for one test at a time."""
+    """One thread that acts when the armed test outlives its timeout.
 
-    def __init__(self, name: str) -> None:
+    Arming and disarming do not wake the thread (a wake-up per test would cost every test a
+    thread switch): it sleeps until the deadline of the test it last saw, then looks again.
+    """
+
+    def __init__(self, name: str, extra_s: float = 0.0) -> None:
         self._cond = threading.Condition()
         self._running: Running | None = None
+        self._extra_s = extra_s
+        self._idle = True
         self._fired = False
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -92,7 +99,8 @@ class _Watch:
     def arm(self, running: Running) -> None:
         with self._cond:
             self._running = running
-            self._cond.notify_all()
+            if self._idle:
+                self._cond.notify_all()
 
     def disarm(self) -> bool:
         """False when the watch already took over the running test (the caller must park)."""
@@ -100,7 +108,6 @@ class _Watch:
             if self._fired:
                 return False
             self._running = None
-            self._cond.notify_all()
             return True
 
     def stop(self) -> None:
@@ -115,40 +122,38 @@ class _Watch:
             self._fired = True
             return True
 
-    def _next(self, last: Running | None) -> Running | None:
-        with self._cond:
-            while not self._stopped and (self._running is None or self._running is last):
-                self._cond.wait()
-            return None if self._stopped else self._running
-
     def _loop(self) -> None:
-        last = None
+        done: Running | None = None
         while True:
-            running = self._next(last)
-            if running is None:
-                return
-            last = running
-            self._watch(running)
+            with self._cond:
+                running = self._running
+                if self._stopped:
+                    return
+                if running is None or running is done:
+                    self._idle = True
+                    self._cond.wait()
+                    self._idle = False
+                    continue
+                remaining = running.started + running.timeout_s + self._extra_s - (
+                    time.monotonic())
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+            done = running
+            self._expired(running)
 
-    def _watch(self, running: Running) -> None:
+    def _expired(self, running: Running) -> None:
         raise NotImplementedError
 
 
 class DeadlineWatch(_Watch):
-    """Rank 0: fires `on_hang(running)` when a test outlives its timeout."""
+    """Rank 0: `on_hang(running)` when a test outlives its timeout, then the process exits."""
 
     def __init__(self, on_hang: Callable[[Running], None]) -> None:
         self._on_hang = on_hang
         super().__init__("distbench-deadline")
 
-    def _watch(self, running: Running) -> None:
-        deadline = running.started + running.timeout_s
-        with self._cond:
-            while self._running is running and not self._stopped:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
+    def _expired(self, running: Running) -> None:
         if self._claim(running):
             try:
                 self._on_hang(running)
@@ -158,17 +163,18 @@ class DeadlineWatch(_Watch):
 
 
 class VerdictWatch(_Watch):
-    """Ranks other than 0: follow rank 0's verdict; on "hung" hand in the stack and exit."""
+    """Ranks other than 0, past the test's timeout: read rank 0's verdict; on "hung" hand in
+    the main thread's stack and exit; without a verdict in time, rank 0 is lost: exit."""
 
     def __init__(self, channel: StoreChannel, rank: int) -> None:
         self._channel = channel
         self._rank = rank
         super().__init__("distbench-verdict")
 
-    def _watch(self, running: Running) -> None:
+    def _expired(self, running: Running) -> None:
         key = running.key("verdict")
         try:
-            arrived = self._channel.wait([key], running.timeout_s + VERDICT_MARGIN_S)
+            arrived = self._channel.wait([key], VERDICT_MARGIN_S)
             verdict = self._channel.get(key) if arrived else None
         except (StoreLost, RuntimeError) as exc:
             self._lost(running, f"the store stopped answering ({exc})")
@@ -178,7 +184,7 @@ class VerdictWatch(_Watch):
                                 f"{running.timeout_s + VERDICT_MARGIN_S:g} s")
             return
         if verdict.get("status") != "hung" or not self._claim(running):
-            return
+            return  # the test ended in time after all; the main thread carries on
         try:
             self._channel.set(running.key(f"stack/{self._rank}"),
                               main_thread_stack(str(running.item.path)))

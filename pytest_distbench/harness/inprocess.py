@@ -193,23 +193,24 @@ class LauncherSession(DistbenchSession):
         running = hang.Running(index, item, settings.timeout, time.monotonic())
         self.watch.arm(running)
         outcome, released = self._run_here(item, settings, key, running)
+        # One round trip per test and rank: sets do not wait for an answer, and each rank
+        # makes a single blocking read (rank 0 of every outcome, the others of the verdict).
         self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
         if self.rank == 0:
-            keys = [running.key(f"outcome/{r}") for r in range(self.world_size)]
             remaining = running.started + settings.timeout - time.monotonic()
-            self.channel.wait(keys, remaining + hang.STACK_WAIT_S)
-            if not self.watch.disarm():
-                hang.park()
-            verdict = self._judge(item, settings, key, running)
+            self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
+            others = self.channel.wait_get(
+                [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
+            if not self.watch.disarm() or others is None:
+                hang.park()  # the deadline watch reports the hang and ends the process
+            verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
             self.channel.set(running.key("verdict"), verdict)
         else:
-            verdict = None
+            self.channel.set_timeout(settings.timeout + hang.VERDICT_MARGIN_S)
             try:
-                if self.channel.wait([running.key("verdict")],
-                                     settings.timeout + hang.VERDICT_MARGIN_S):
-                    verdict = self.channel.get(running.key("verdict"))
+                [verdict] = self.channel.wait_get([running.key("verdict")]) or [None]
             except StoreLost:
-                pass
+                verdict = None
             if verdict is None or verdict["status"] == "hung":
                 hang.park()  # the verdict watch reports the stack and ends the process
             self.watch.disarm()
@@ -269,9 +270,7 @@ class LauncherSession(DistbenchSession):
     # -- rank 0: judging --------------------------------------------------------------------
 
     def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
-               running: hang.Running) -> dict[str, Any]:
-        posted = {r: self.channel.get(running.key(f"outcome/{r}"))
-                  for r in range(self.world_size)}
+               posted: dict[int, dict[str, Any]]) -> dict[str, Any]:
         for o in posted.values():
             if o["info"]:
                 self.rank_infos.append(o["info"])
