@@ -35,6 +35,8 @@ def _quiet(config: pytest.Config) -> None:
     if reporter is not None:
         manager.unregister(reporter)
     manager.set_blocked("terminalreporter")
+    # Report files are rank 0's too (junitxml's configure comes after this one and reads it).
+    config.option.xmlpath = None
 
 
 def start(config: pytest.Config, launch: LaunchEnv,
