@@ -11,6 +11,7 @@ import socket
 import textwrap
 
 import pytest
+import torch
 from launching import PYTEST, TORCHRUN, free_port, launch, read_results, run_all
 
 BENCH = textwrap.dedent("""
@@ -90,10 +91,15 @@ def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
 def test_simulated_srun_and_mpirun(pytester, leak_tag, kind):
     pytester.makepyfile(BENCH)
     path = pytester.path / "run.json"
-    ranks = launch(pytester.path, kind, 2, ARGS + [f"--distbench-json={path}"])
+    no_gpu = not torch.cuda.is_available()
+    backends = ["--backend=gloo,nccl"] if no_gpu else []
+    ranks = launch(pytester.path, kind, 2, ARGS + backends + [f"--distbench-json={path}"])
     assert [r.returncode for r in ranks] == [0, 0], ranks[0].output + ranks[1].output
     assert ranks[1].output.strip() == ""  # quiet: its results reached rank 0
     _check_run(ranks[0].output, path, kind, 2)
+    if no_gpu:  # every rank skips nccl, with the reason of the first rank that cannot run it
+        assert "2 passed, 4 skipped" in ranks[0].output
+        assert "rank 0 (" in ranks[0].output and "backend nccl needs CUDA" in ranks[0].output
 
 
 def test_ranks_that_collect_different_tests_stop_with_the_first_difference(pytester, leak_tag):

@@ -129,7 +129,8 @@ class LauncherSession(DistbenchSession):
         if name not in self._unavailable:
             from ..plugin import _backend_unavailable
 
-            mine = _backend_unavailable(key.backend, self.launch.local_world_size or 1) or ""
+            # Each rank needs a GPU of its own on its host: cuda:<local rank>.
+            mine = _backend_unavailable(key.backend, self.launch.local_rank + 1) or ""
 
             def decide(values: dict[int, Any], missing: list[int]) -> str:
                 bad = {r: v for r, v in sorted(values.items()) if v}
