@@ -202,8 +202,11 @@ class LauncherSession(DistbenchSession):
             self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
             others = self.channel.wait_get(
                 [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
-            if not self.watch.disarm() or others is None:
+            if not self.watch.disarm():
                 hang.park()  # the deadline watch reports the hang and ends the process
+            if others is None:  # past the deadline before the watch thread got to run
+                self._report_hang(running)
+                hang.exit_now()
             verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
             self.channel.set(running.key("verdict"), verdict)
         else:
