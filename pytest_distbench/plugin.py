@@ -64,16 +64,23 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not config.getoption("distbench"):
         return
+    from .harness import launcher_plugin, xdist
+
+    launch = launcher_plugin.configure(config)  # None in local mode
     settings_module.resolve(config)  # a bad option stops the run here, naming the option
-    _configure_baselines(config)
-    _configure_reports(config)
+    if launch is None or launch.rank == 0:  # in launcher mode rank 0 alone reads and writes
+        _configure_baselines(config)
+        _configure_reports(config)
     from .harness.world import warm_up_forkserver
     from .results.environment import cpu_probe
 
-    session = DistbenchSession()
+    session = DistbenchSession() if launch is None else launcher_plugin.start(
+        config, launch, _check_gate)
     # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
-    warm_up_forkserver()  # its torch import overlaps collection
+    if launch is None and not xdist.is_controller(config):
+        warm_up_forkserver()  # its torch import overlaps collection
+    xdist.configure(config, session)
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
 
@@ -323,7 +330,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     resolved = _marker_settings(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
     key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, resolved.bind)
-    reason = _backend_unavailable(backend, key.world_size)
+    # Launcher mode agrees on availability across its ranks (harness/inprocess.py).
+    reason = None if session.external else _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
     records = session.run_item(pyfuncitem, resolved, key,
@@ -332,7 +340,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if requested:
         for record in records:
             record["requested_nbytes"] = requested
-    gate = pyfuncitem.config.stash.get(GATE_KEY, None)
+    _check_gate(pyfuncitem, records, resolved)
+    return True
+
+
+def _check_gate(item: pytest.Function, records: list[dict[str, Any]],
+                resolved: settings_module.Settings) -> None:
+    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression."""
+    gate = item.config.stash.get(GATE_KEY, None)
     failures, verdicts = [], {}
     if gate is not None:
         for record in records:
@@ -340,10 +355,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             verdicts[record["id"]] = v
             if v is not None and v.kind == "regression":
                 failures.append(gate.failure_message(v, len(record["samples"])))
-    _report_figures(pyfuncitem, records, verdicts)
+    _report_figures(item, records, verdicts)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
-    return True
 
 
 def _report_figures(item: pytest.Function, records: list[dict[str, Any]],
@@ -409,6 +423,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if distbench is None:
         return
     distbench.close()
+    from .harness import xdist
+
+    if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
+        return
     if not distbench.records:
         return
     from .results import storage
@@ -421,6 +439,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     environment["cpu_probe_s"] = distbench.cpu_probes
     if distbench.rpc_checks is not None:
         environment["rpc_checks"] = [check.as_dict() for check in distbench.rpc_checks]
+    environment.update(distbench.environment_facts())  # launcher, hosts, xdist workers
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     json_path = config.getoption("distbench_json")
     if json_path:

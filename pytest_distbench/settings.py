@@ -146,6 +146,11 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
                         help=f"{s.help} (default: {s.default}; ini: {s.ini})")
         parser.addini(s.ini, help=s.help, default=None)
+    group.addoption("--distbench-launcher", dest="distbench_launcher", default=None,
+                    metavar="MODE", help="auto: run as one rank of the world torchrun, srun or "
+                    "mpirun started, when their environment says so, else start worlds here "
+                    "(local); local or env force one (default: auto; ini: distbench_launcher)")
+    parser.addini("distbench_launcher", help="launch mode: auto, local or env", default=None)
 
 
 def _as_text(value: Any) -> str:
@@ -153,6 +158,9 @@ def _as_text(value: Any) -> str:
         return ",".join(str(v) for v in value)
     return str(value)
 
+
+# Defaults that come from the run, not the code: in launcher mode the world size it started.
+RUN_DEFAULTS = pytest.StashKey[dict[str, str]]()
 
 NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
@@ -194,7 +202,8 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
         elif config.getini(s.ini) not in (None, "", []):
             text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
         else:
-            text, source = s.default, f"default of {s.option}"
+            text = config.stash.get(RUN_DEFAULTS, {}).get(s.name, s.default)
+            source = f"default of {s.option}"
         try:
             values[s.name] = s.parse(text)
         except ValueError as exc:
@@ -206,3 +215,20 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             f"--distbench-max-iterations ({settings.max_iterations})"
         )
     return settings
+
+
+LAUNCHER_MODES = ("auto", "local", "env")
+
+
+def launcher_mode(config: pytest.Config) -> str:
+    """--distbench-launcher (CLI > ini > auto): a session-wide choice, not a marker keyword."""
+    cli = config.getoption("distbench_launcher", None)
+    ini = config.getini("distbench_launcher")
+    text, source = (cli, "--distbench-launcher") if cli is not None else (
+        (ini, "ini option distbench_launcher") if ini else ("auto", "default"))
+    mode = text.strip().lower()
+    if mode not in LAUNCHER_MODES:
+        raise pytest.UsageError(
+            f"{source}: unknown launcher mode {text!r}: expected one of "
+            f"{', '.join(LAUNCHER_MODES)}")
+    return mode

@@ -14,10 +14,19 @@ import uuid
 import pytest
 from leaks import TAG_VARIABLE, processes_with_tag
 
+# A launcher's variables would put the sessions under test in launcher mode (this suite may
+# itself run inside a SLURM job or under torchrun): the tests set the ones they mean to.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
+
 
 @pytest.fixture
 def leak_tag(monkeypatch: pytest.MonkeyPatch):
     """Tag the environment of child pytest sessions; fail if a tagged process outlives the test."""
+    for name in list(os.environ):
+        if name in LAUNCHER_VARIABLES or name.startswith(LAUNCHER_PREFIXES):
+            monkeypatch.delenv(name)
     tag = uuid.uuid4().hex
     monkeypatch.setenv(TAG_VARIABLE, tag)
     yield tag

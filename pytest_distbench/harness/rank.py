@@ -93,7 +93,8 @@ class _Rank:
             spec.store_host, spec.store_port, is_master=False, timeout=timeout
         )
         if spec.device_type == "cuda":
-            self.device = torch.device("cuda", spec.rank % max(torch.cuda.device_count(), 1))
+            on_host = spec.rank if spec.local_rank is None else spec.local_rank
+            self.device = torch.device("cuda", on_host % max(torch.cuda.device_count(), 1))
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")

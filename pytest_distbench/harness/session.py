@@ -32,6 +32,8 @@ class RankLocal:
 
 
 class DistbenchSession:
+    external = False  # True where a launcher (torchrun, srun, mpirun) started the ranks
+
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
         self.worlds: dict[WorldKey, World] = {}
@@ -42,6 +44,7 @@ class DistbenchSession:
         self.rank_infos: list[dict[str, Any]] = []  # what each started rank saw (GPU, NCCL)
         self.rank_env: dict[str, str] = {}  # more environment for every rank (pitfall fixes)
         self.rpc_checks: list[Any] | None = None  # pitfalls.Check list, when a test uses RPC
+        self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
@@ -108,6 +111,13 @@ class DistbenchSession:
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None
+
+    def environment_facts(self) -> dict[str, Any]:
+        """What this launch mode adds to the results environment."""
+        import socket
+
+        return {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
+                **self.extra_facts}
 
     # -- tests --------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ class RankSpec:
     cpus: tuple[int, ...] | None = None  # CPU affinity of the rank, None to leave it alone
     # Environment the rank sets before it opens any socket (listen interface, fork safety).
     env: tuple[tuple[str, str], ...] = ()
+    local_rank: int | None = None  # rank on its host (launcher mode), picks the GPU
 
 
 @dataclass(frozen=True)

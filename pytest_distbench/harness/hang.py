@@ -1,0 +1,233 @@
+"""Hangs in launcher mode: the processes cannot be rebuilt, so the session ends, loudly.
+
+Rank 0 keeps a deadline per test (DeadlineWatch). Past it, from its own thread (the main thread
+may be stuck in the test body), it declares the test hung in the store, collects the stack of
+every rank that did not finish, reports the test as failed and every later test as not run,
+finishes the session (tables, results file) and exits non-zero. The other ranks each keep a
+VerdictWatch: past the same timeout, a thread reads rank 0's verdict on the running test; on
+"hung" it posts its main thread's stack, waits for rank 0 to finish reporting and exits
+non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
+non-zero by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .storechannel import StoreChannel, StoreLost
+
+STACK_WAIT_S = 10.0  # how long rank 0 waits for the stacks of the ranks that did not finish
+EXIT_WAIT_S = 120.0  # how long a rank waits for rank 0 to finish its report before exiting
+VERDICT_MARGIN_S = 60.0  # past the test timeout, how long a rank waits for rank 0's verdict
+EXIT_CODE = 1
+
+
+@dataclass(frozen=True)
+class Running:
+    """The test a watch is armed for."""
+
+    index: int  # position in the collected items, the same on every rank
+    item: Any
+    timeout_s: float
+    started: float  # time.monotonic()
+
+    def key(self, name: str) -> str:
+        return f"t{self.index}/{name}"
+
+
+def main_thread_stack(test_file: str | None = None) -> str:
+    """The main thread's stack, from the test body down (or from the harness, when the body
+    has returned and the rank waits for the others)."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    if frame is None:
+        return "(no Python frame in the main thread)"
+    frames = traceback.extract_stack(frame)
+    starts = [i for i, f in enumerate(frames) if f.filename == test_file]
+    if not starts:
+        starts = [i for i, f in enumerate(frames) if _HARNESS in f.filename]
+    return "".join(traceback.format_list(frames[starts[0] if starts else 0:]))
+
+
+_HARNESS = os.path.join("pytest_distbench", "harness", "")
+
+
+def flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+def exit_now(code: int = EXIT_CODE, message: str | None = None) -> None:
+    if message:
+        sys.stderr.write(message + "\n")
+    flush()
+    os._exit(code)
+
+
+def park() -> None:
+    """The main thread's place once a watch has taken over: the watch ends the process."""
+    threading.Event().wait(STACK_WAIT_S + EXIT_WAIT_S + VERDICT_MARGIN_S)
+    exit_now(EXIT_CODE, "distbench: the session was ended by a hang and did not exit in time")
+
+
+class _Watch:
+    """One thread that acts when the armed test outlives its timeout.
+
+    Arming and disarming do not wake the thread (a wake-up per test would cost every test a
+    thread switch): it sleeps until the deadline of the test it last saw, then looks again.
+    """
+
+    def __init__(self, name: str, extra_s: float = 0.0) -> None:
+        self._cond = threading.Condition()
+        self._running: Running | None = None
+        self._extra_s = extra_s
+        self._idle = True
+        self._fired = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def arm(self, running: Running) -> None:
+        with self._cond:
+            self._running = running
+            if self._idle:
+                self._cond.notify_all()
+
+    def disarm(self) -> bool:
+        """False when the watch already took over the running test (the caller must park)."""
+        with self._cond:
+            if self._fired:
+                return False
+            self._running = None
+            return True
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _claim(self, running: Running) -> bool:
+        with self._cond:
+            if self._running is not running or self._fired:
+                return False
+            self._fired = True
+            return True
+
+    def _loop(self) -> None:
+        done: Running | None = None
+        while True:
+            with self._cond:
+                running = self._running
+                if self._stopped:
+                    return
+                if running is None or running is done:
+                    self._idle = True
+                    self._cond.wait()
+                    self._idle = False
+                    continue
+                remaining = running.started + running.timeout_s + self._extra_s - (
+                    time.monotonic())
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+            done = running
+            self._expired(running)
+
+    def _expired(self, running: Running) -> None:
+        raise NotImplementedError
+
+
+class DeadlineWatch(_Watch):
+    """Rank 0: `on_hang(running)` when a test outlives its timeout, then the process exits."""
+
+    def __init__(self, on_hang: Callable[[Running], None]) -> None:
+        self._on_hang = on_hang
+        super().__init__("distbench-deadline")
+
+    def _expired(self, running: Running) -> None:
+        if self._claim(running):
+            try:
+                self._on_hang(running)
+            except BaseException:  # noqa: BLE001 - the report failed; still end the session
+                traceback.print_exc()
+            exit_now()
+
+
+class VerdictWatch(_Watch):
+    """Ranks other than 0, past the test's timeout: read rank 0's verdict; on "hung" hand in
+    the main thread's stack and exit; without a verdict in time, rank 0 is lost: exit."""
+
+    def __init__(self, channel: StoreChannel, rank: int) -> None:
+        self._channel = channel
+        self._rank = rank
+        super().__init__("distbench-verdict")
+
+    def _expired(self, running: Running) -> None:
+        key = running.key("verdict")
+        try:
+            arrived = self._channel.wait([key], VERDICT_MARGIN_S)
+            verdict = self._channel.get(key) if arrived else None
+        except (StoreLost, RuntimeError) as exc:
+            self._lost(running, f"the store stopped answering ({exc})")
+            return
+        if verdict is None:
+            self._lost(running, f"no verdict from rank 0 within "
+                                f"{running.timeout_s + VERDICT_MARGIN_S:g} s")
+            return
+        if verdict.get("status") != "hung" or not self._claim(running):
+            return  # the test ended in time after all; the main thread carries on
+        try:
+            self._channel.set(running.key(f"stack/{self._rank}"),
+                              main_thread_stack(str(running.item.path)))
+            self._channel.wait([running.key("exit")], STACK_WAIT_S + EXIT_WAIT_S)
+        except (StoreLost, RuntimeError):
+            pass  # rank 0 finished and took the store with it
+        exit_now()
+
+    def _lost(self, running: Running, why: str) -> None:
+        if self._claim(running):
+            exit_now(EXIT_CODE, f"distbench rank {self._rank}: lost rank 0 during "
+                                f"{running.item.nodeid}: {why}; exiting")
+
+
+def report_hang_and_exit(config: Any, session: Any, running: Running, message: str) -> None:
+    """From a thread other than the (stuck) main one: fail the running test, report every later
+    test as not run, finish the session (tables, results file). The caller then exits."""
+    from _pytest.reports import TestReport
+
+    hook = config.hook
+    items = session.items
+    now = time.time()
+    item = running.item
+    duration = time.monotonic() - running.started
+
+    def report(node: Any, outcome: str, longrepr: Any, when: str, took: float = 0.0) -> None:
+        hook.pytest_runtest_logreport(report=TestReport(
+            node.nodeid, node.location, {k: 1 for k in node.keywords}, outcome, longrepr, when,
+            sections=[], duration=took, start=now - took, stop=now))
+
+    report(item, "failed", message, "call", duration)
+    report(item, "passed", None, "teardown")
+    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    reason = (f"not run: {item.nodeid} hung, and in launcher mode the ranks cannot be "
+              "replaced; every rank exits")
+    for later in items[running.index + 1:]:
+        hook.pytest_runtest_logstart(nodeid=later.nodeid, location=later.location)
+        line = (later.location[1] or 0) + 1
+        report(later, "skipped", (str(later.path), line, f"Skipped: {reason}"), "setup")
+        report(later, "passed", None, "teardown")
+        hook.pytest_runtest_logfinish(nodeid=later.nodeid, location=later.location)
+    from _pytest.main import ExitCode
+
+    session.exitstatus = ExitCode.TESTS_FAILED
+    hook.pytest_sessionfinish(session=session, exitstatus=ExitCode.TESTS_FAILED)
+    config._ensure_unconfigure()

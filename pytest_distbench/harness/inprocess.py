@@ -1,0 +1,414 @@
+"""Launcher mode's session: this process is one rank, the test body runs right here.
+
+Every rank runs the same items in the same order (checked through the launcher's store before
+the first test). Per test, each rank runs the body with the same in-rank code as a local
+world's rank (harness/rank.py: fixtures, the `distbench` object), then posts its outcome to
+the store; rank 0 gathers the outcomes, judges them exactly as local mode does (records,
+wrong results, the gate) and posts one verdict, which every rank then applies, so pass/fail
+and exit codes agree everywhere. Only rank 0 keeps records and reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from ..settings import Settings, resolve
+from . import hang
+from .launcher import LaunchEnv
+from .session import DistbenchSession, _task_for, build_records
+from .storechannel import StoreChannel, StoreLost, open_store
+from .wire import Measurement, RankSpec, TestOutcome
+from .world import RunResult, WorldKey, prefix_output
+
+START_TIMEOUT_S = 300.0  # every rank must have collected (or joined) within this
+FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before releasing them
+DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
+
+
+class LauncherSession(DistbenchSession):
+    """The DistbenchSession of one launched rank (records and reports on rank 0 only)."""
+
+    external = True  # the launcher started the ranks: no worlds are started here
+
+    def __init__(self, config: pytest.Config, launch: LaunchEnv,
+                 gate_check: Callable[[pytest.Function, list[dict[str, Any]], Settings], None],
+                 ) -> None:
+        super().__init__()
+        self.config = config
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        self.gate_check = gate_check
+        self.timeout_s = resolve(config).timeout
+        self.prefix = f"distbench/{launch.run_id}/"
+        hosting = launch.rank == 0 and not launch.agent_store
+        store = open_store(launch.master_addr, launch.master_port, master=hosting,
+                           timeout_s=START_TIMEOUT_S)
+        self._hosting = hosting
+        self.channel = StoreChannel(store, self.prefix)
+        # The watch thread blocks in the store: it gets its own connection, since one client
+        # serves one request at a time.
+        watch_channel = StoreChannel(
+            open_store(launch.master_addr, launch.master_port, master=False,
+                       timeout_s=START_TIMEOUT_S), self.prefix)
+        self._watch_channel = watch_channel
+        if self.rank == 0:
+            self.watch: Any = hang.DeadlineWatch(self._report_hang)
+        else:
+            self.watch = hang.VerdictWatch(watch_channel, self.rank)
+        self.pytest_session: Any = None
+        self.index_of: dict[str, int] = {}
+        self.hosts: dict[int, str] = {}
+        self._rank_obj: Any = None
+        self._world_key: WorldKey | None = None
+        self._worlds = 0
+        self._unavailable: dict[tuple[str, str], str] = {}
+        self._new_world = False
+        self._closed = False
+
+    # -- agreement rounds -------------------------------------------------------------------
+
+    def _round(self, name: str, mine: Any, decide: Callable[[dict[int, Any], list[int]], Any],
+               timeout_s: float) -> Any:
+        """Every rank posts `mine`; rank 0 decides from all of them; every rank gets the answer."""
+        self.channel.set(f"{name}/{self.rank}", mine)
+        if self.rank == 0:
+            keys = [f"{name}/{r}" for r in range(self.world_size)]
+            self.channel.wait(keys, timeout_s)
+            values = {r: self.channel.get(k) for r, k in enumerate(keys) if self.channel.has(k)}
+            missing = [r for r in range(self.world_size) if r not in values]
+            self.channel.set(f"{name}/decision", decide(values, missing))
+        if not self.channel.wait([f"{name}/decision"], timeout_s + hang.VERDICT_MARGIN_S):
+            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: no answer from rank 0 "
+                                          f"on {name} within {timeout_s:g} s; exiting")
+        return self.channel.get(f"{name}/decision")
+
+    def agree_on_collection(self, session: pytest.Session) -> None:
+        """Stop every rank with the first difference when the ranks collected different items."""
+        self.pytest_session = session
+        ids = [item.nodeid for item in session.items]
+        self.channel.set(f"collected/{self.rank}", ids)
+        mine = {"digest": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+                "count": len(ids), "host": socket.gethostname(), "pid": os.getpid()}
+
+        def decide(values: dict[int, Any], missing: list[int]) -> dict[str, Any]:
+            hosts = {str(r): v["host"] for r, v in values.items()}
+            if missing:
+                return {"hosts": hosts, "error": (
+                    f"ranks {missing} did not report their collected tests within "
+                    f"{START_TIMEOUT_S:g} s: every process the launcher started must run pytest "
+                    "with the same arguments (a SLURM batch script must start pytest through "
+                    "srun; --distbench-launcher=local ignores the launcher)")}
+            differing = [r for r, v in values.items() if v["digest"] != mine["digest"]]
+            if not differing:
+                return {"hosts": hosts, "error": None}
+            first = differing[0]
+            return {"hosts": hosts, "error": (
+                "the ranks collected different tests; every rank must run the same items in "
+                f"the same order ({len(differing)} of {self.world_size} ranks differ from rank "
+                f"0): {first_difference(ids, self.channel.get(f'collected/{first}'), first)}")}
+
+        answer = self._round("collect", mine, decide, START_TIMEOUT_S)
+        self.hosts = {int(r): h for r, h in answer["hosts"].items()}
+        if answer["error"]:
+            pytest.exit(answer["error"], returncode=pytest.ExitCode.USAGE_ERROR)
+        self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    def _backend_reason(self, key: WorldKey) -> str:
+        """Why this backend cannot run on some rank ("" if it can), agreed once per backend."""
+        name = (key.backend, key.device_type)
+        if name not in self._unavailable:
+            from ..plugin import _backend_unavailable
+
+            # Each rank needs a GPU of its own on its host: cuda:<local rank>.
+            mine = _backend_unavailable(key.backend, self.launch.local_rank + 1) or ""
+
+            def decide(values: dict[int, Any], missing: list[int]) -> str:
+                bad = {r: v for r, v in sorted(values.items()) if v}
+                if not bad:
+                    return ""
+                r, reason = next(iter(bad.items()))
+                return f"rank {r} ({self.hosts.get(r, '?')}): {reason}" + (
+                    f" (and {len(bad) - 1} more ranks)" if len(bad) > 1 else "")
+
+            self._unavailable[name] = self._round(
+                f"backend/{key.backend}-{key.device_type}", mine, decide, START_TIMEOUT_S)
+        return self._unavailable[name]
+
+    # -- the in-process world ---------------------------------------------------------------
+
+    def _world(self, key: WorldKey) -> Any:
+        if self._rank_obj is not None and self._world_key == key:
+            return self._rank_obj
+        self._close_world(graceful=True)
+        from .rank import _Rank
+
+        self._worlds += 1
+        spec = RankSpec(
+            rank=self.rank, world_size=self.world_size, backend=key.backend,
+            device_type=key.device_type, store_host=self.launch.master_addr,
+            store_port=self.launch.master_port, store_prefix=f"{self.prefix}world{self._worlds}/",
+            capture_path="", timeout_s=self.timeout_s, cpus=None,
+            local_rank=self.launch.local_rank)
+        began = time.perf_counter()
+        self._rank_obj = _Rank(spec)
+        self._world_key = key
+        self._new_world = True
+        if self.rank == 0:
+            self.world_starts.append((str(key), time.perf_counter() - began))
+        return self._rank_obj
+
+    def _close_world(self, graceful: bool) -> None:
+        rank_obj, self._rank_obj, self._world_key = self._rank_obj, None, None
+        if rank_obj is None:
+            return
+        import torch.distributed as dist
+
+        if rank_obj.rpc_name is not None:
+            import torch.distributed.rpc as rpc
+
+            try:
+                rpc.shutdown(graceful=graceful, timeout=self.timeout_s)
+            except Exception:  # noqa: BLE001 - a broken world is being dropped
+                pass
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- one test ---------------------------------------------------------------------------
+
+    def run_item(self, item: pytest.Function, settings: Settings,
+                 key: WorldKey) -> list[dict[str, Any]]:
+        index = self.index_of[item.nodeid]
+        reason = self._backend_reason(key)
+        if reason:
+            pytest.skip(reason)
+        running = hang.Running(index, item, settings.timeout, time.monotonic())
+        self.watch.arm(running)
+        outcome, released = self._run_here(item, settings, key, running)
+        # One round trip per test and rank: sets do not wait for an answer, and each rank
+        # makes a single blocking read (rank 0 of every outcome, the others of the verdict).
+        self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
+        if self.rank == 0:
+            remaining = running.started + settings.timeout - time.monotonic()
+            self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
+            others = self.channel.wait_get(
+                [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
+            if not self.watch.disarm():
+                hang.park()  # the deadline watch reports the hang and ends the process
+            if others is None:  # past the deadline before the watch thread got to run
+                self._report_hang(running)
+                hang.exit_now()
+            verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
+            self.channel.set(running.key("verdict"), verdict)
+        else:
+            self.channel.set_timeout(settings.timeout + hang.VERDICT_MARGIN_S)
+            try:
+                [verdict] = self.channel.wait_get([running.key("verdict")]) or [None]
+            except StoreLost:
+                verdict = None
+            if verdict is None or verdict["status"] == "hung":
+                hang.park()  # the verdict watch reports the stack and ends the process
+            self.watch.disarm()
+        if verdict["rebuild"] or released:
+            self._close_world(graceful=False)
+        if self.rank == 0 and verdict["output"]:
+            item.add_report_section("call", "ranks", verdict["output"])
+        if verdict["status"] == "failed":
+            pytest.fail(verdict["message"], pytrace=False)
+        if verdict["status"] == "skipped":
+            pytest.skip(verdict["message"])
+        return []  # rank 0 keeps the records and has already gated them
+
+    def _run_here(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                  running: hang.Running) -> tuple[dict[str, Any], bool]:
+        """Run the body in this process; the outcome as JSON, and whether peers were released."""
+        info = None
+        try:
+            task = _task_for(item, settings)
+        except pytest.fail.Exception as exc:  # an argument that the ranks could not be sent
+            task, outcome = None, TestOutcome(rank=self.rank, status="failed", message=exc.msg)
+        if task is not None:
+            try:
+                rank_obj = self._world(key)
+                if self._new_world:
+                    info = dict(rank_obj.info(), host=socket.gethostname())
+                    self._new_world = False
+            except Exception:  # noqa: BLE001 - joining the process group failed here
+                rank_obj, outcome = None, TestOutcome(
+                    rank=self.rank, status="failed",
+                    message="could not join the process group:\n" + traceback.format_exc())
+            if rank_obj is not None:
+                outcome = rank_obj.run(task)
+        output = self._take_output()
+        released = False
+        order = None
+        if outcome.status != "passed":
+            order = self.channel.add(running.key("failures"), 1)
+            others = [running.key(f"outcome/{r}") for r in range(self.world_size)
+                      if r != self.rank]
+            if not self.channel.wait(others, FAILURE_GRACE_S):
+                # Ranks still inside a collective with this one: closing its connections
+                # releases them with an error instead of leaving them to the timeout.
+                self._close_world(graceful=False)
+                released = True
+        return {"status": outcome.status, "message": outcome.message,
+                "measurements": [asdict(m) for m in outcome.measurements],
+                "output": output, "order": order, "released": released, "info": info}, released
+
+    def _take_output(self) -> str:
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        if capman is None or not capman.is_globally_capturing():
+            return ""
+        out, err = capman.read_global_capture()
+        return out + err
+
+    # -- rank 0: judging --------------------------------------------------------------------
+
+    def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
+               posted: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        for o in posted.values():
+            if o["info"]:
+                self.rank_infos.append(o["info"])
+        output = prefix_output({r: o["output"] for r, o in posted.items() if o["output"]})
+        rebuild = any(o["status"] == "failed" or o["released"] for o in posted.values())
+        verdict = {"status": "passed", "message": "", "rebuild": rebuild, "output": output}
+        try:
+            self._judge_outcomes(item, settings, key, posted)
+        except pytest.fail.Exception as exc:
+            verdict.update(status="failed", message=str(exc.msg))
+        except pytest.skip.Exception as exc:
+            verdict.update(status="skipped", message=str(exc.msg))
+        except Exception:  # noqa: BLE001 - a harness bug still gives every rank one verdict
+            verdict.update(status="failed", message=traceback.format_exc(), rebuild=True)
+        return verdict
+
+    def _judge_outcomes(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                        posted: dict[int, dict[str, Any]]) -> None:
+        failure = describe_failures(posted)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        if any(o["status"] == "skipped" for o in posted.values()):
+            reasons = sorted({o["message"] for o in posted.values() if o["message"]})
+            pytest.skip("; ".join(reasons) or "skipped in a rank")
+        result = RunResult(outcomes={
+            r: TestOutcome(rank=r, status=o["status"], message=o["message"],
+                           measurements=[Measurement(**m) for m in o["measurements"]])
+            for r, o in posted.items()})
+        records = build_records(item, key, result, settings)
+        self.records.extend(records)
+        wrong = sum(r["wrong"] or 0 for r in records)
+        if wrong:
+            pytest.fail(
+                f"{wrong} wrong element(s) in the checked result "
+                f"({', '.join(r['id'] for r in records if r['wrong'])}): "
+                "a collective that computes the wrong answer is a failure, not a fast number",
+                pytrace=False,
+            )
+        self.gate_check(item, records, settings)
+
+    def _report_hang(self, running: hang.Running) -> None:
+        """Rank 0's deadline watch, in its own thread: declare, collect stacks, report, exit."""
+        ch = self._watch_channel
+        pending = [r for r in range(self.world_size)
+                   if not ch.has(running.key(f"outcome/{r}"))]
+        ch.set(running.key("verdict"), {"status": "hung", "pending": pending})
+        stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
+        others = [r for r in pending if r != 0]
+        ch.wait([running.key(f"stack/{r}") for r in others], hang.STACK_WAIT_S)
+        for r in others:
+            key = running.key(f"stack/{r}")
+            stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
+        finished = {r: ch.get(running.key(f"outcome/{r}")) for r in range(self.world_size)
+                    if r not in pending}
+        lines = [
+            f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks {pending} did "
+            "not finish. In launcher mode the ranks cannot be replaced: the remaining tests are "
+            "not run and every rank exits. Stacks of the live ranks:"]
+        for r, stack in sorted(stacks.items()):
+            lines.append(f"--- rank {r} ({self.hosts.get(r, '?')}) ---")
+            lines.extend(f"[rank {r}] {line}" for line in stack.splitlines())
+        failure = describe_failures(finished)
+        if failure:
+            lines += ["", "Before that:", failure]
+        self.aborting = True
+        try:
+            hang.report_hang_and_exit(self.config, self.pytest_session, running, "\n".join(lines))
+        finally:
+            hang.flush()
+            ch.set(running.key("exit"), 1)  # the others may exit now: the report is out
+
+    # -- the end ----------------------------------------------------------------------------
+
+    aborting = False
+
+    def environment_facts(self) -> dict[str, Any]:
+        per_host: dict[str, int] = {}
+        for r in sorted(self.hosts):
+            per_host[self.hosts[r]] = per_host.get(self.hosts[r], 0) + 1
+        return {"launcher": {
+            "name": self.launch.launcher,
+            "world_size": self.world_size,
+            "hosts": list(per_host),
+            "ranks_per_host": per_host,
+            "store": f"{self.launch.master_addr}:{self.launch.master_port}",
+        }}
+
+    def close(self) -> None:
+        """End of the session on every rank: leave the process group, let rank 0's store
+        outlive the others' last use of it. Safe to call more than once."""
+        if self._closed or self.aborting:
+            return
+        self._closed = True
+        self.watch.stop()
+        self._close_world(graceful=True)
+        try:
+            self.channel.set(f"done/{self.rank}", 1)
+            if self._hosting:
+                self.channel.wait([f"done/{r}" for r in range(self.world_size)], DONE_TIMEOUT_S)
+        except (StoreLost, RuntimeError):
+            pass
+
+
+def first_difference(mine: list[str], theirs: list[str], rank: int) -> str:
+    """Where rank `rank`'s collected ids first differ from rank 0's."""
+    for i, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        if a != b:
+            return f"item {i}: rank 0 has {a!r}, rank {rank} has {b!r}"
+    if len(mine) > len(theirs):
+        return (f"rank 0 collected {len(mine)} items, rank {rank} {len(theirs)}; "
+                f"the first missing on rank {rank} is {mine[len(theirs)]!r}")
+    if len(theirs) > len(mine):
+        return (f"rank 0 collected {len(mine)} items, rank {rank} {len(theirs)}; "
+                f"the first extra on rank {rank} is {theirs[len(mine)]!r}")
+    return "the same items (but a different digest)"
+
+
+def describe_failures(posted: dict[int, dict[str, Any]]) -> str:
+    """The failed ranks' tracebacks, tagged with their rank, the first to fail first."""
+    failed = sorted((o["order"] or 0, r) for r, o in posted.items() if o["status"] == "failed")
+    if not failed:
+        return ""
+    parts = []
+    first = failed[0][1]
+    released = [r for r, o in sorted(posted.items()) if o["released"]]
+    for position, (_, r) in enumerate(failed):
+        body = "\n".join(f"[rank {r}] {line}" for line in posted[r]["message"].splitlines())
+        if position == 0 or not released:
+            parts.append(f"rank {r} raised:\n{body}")
+        else:
+            parts.append(f"rank {r} failed after rank {first} did (released from waiting for "
+                         f"it):\n{body}")
+    if released:
+        parts.append(f"ranks {released} closed their process group to release the others; "
+                     "every rank rebuilds it for the next test")
+    return "\n\n".join(parts)

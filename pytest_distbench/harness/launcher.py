@@ -1,0 +1,279 @@
+"""Launcher mode: which rank of which world this process is, read from the launcher's environment.
+
+Under torchrun, SLURM (srun), Open MPI or MPICH (mpirun) pytest runs in every launched process;
+each process is one rank of one world whose size the launcher fixed. This module only reads
+the environment (no torch import); harness/inprocess.py runs the tests.
+
+    torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+               (TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store at MASTER_ADDR)
+    Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+    MPICH      PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (hydra)
+    SLURM      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, first host of SLURM_STEP_NODELIST
+               (or SLURM_JOB_NODELIST / SLURM_NODELIST)
+
+MASTER_ADDR and MASTER_PORT, when set, always win: they are how a user picks the interface and
+port the rendezvous store listens on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pytest
+
+# Port of the rendezvous store when the launcher names none (SLURM, MPI without MASTER_PORT).
+DEFAULT_PORT = 29500
+SLURM_PORT_BASE = 20000  # SLURM: DEFAULT is offset by the job id so two jobs on a node differ
+SLURM_PORT_SPAN = 20000
+
+
+class LaunchError(ValueError):
+    """The environment names a launcher but lacks or garbles something a rank needs."""
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    launcher: str  # torchrun, env, slurm, openmpi, mpich
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int | None
+    master_addr: str
+    master_port: int
+    agent_store: bool  # torchrun's agent hosts the store: every rank, rank 0 too, is a client
+    run_id: str  # tells apart restarts and jobs sharing a store
+
+    def describe(self) -> str:
+        return (f"{self.launcher}: rank {self.rank} of {self.world_size} (local rank "
+                f"{self.local_rank}), store {self.master_addr}:{self.master_port}")
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    text = env.get(name)
+    if text is None:
+        raise LaunchError(f"{name} is not set")
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise LaunchError(f"{name}={text!r} is not an integer") from None
+    if value < minimum:
+        raise LaunchError(f"{name}={text!r} must be >= {minimum}")
+    return value
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    return _int(env, name) if name in env else None
+
+
+def _port(env: Mapping[str, str], default: int) -> int:
+    if "MASTER_PORT" not in env:
+        return default
+    port = _int(env, "MASTER_PORT", 1)
+    if port > 65535:
+        raise LaunchError(f"MASTER_PORT={port} is not a TCP port")
+    return port
+
+
+def _check(rank: int, world_size: int, rank_name: str, size_name: str) -> None:
+    if rank >= world_size:
+        raise LaunchError(f"{rank_name}={rank} is not below {size_name}={world_size}")
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_range(body: str, where: str) -> list[str]:
+    values = []
+    for piece in body.split(","):
+        piece = piece.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", piece)
+        if not match:
+            raise LaunchError(f"cannot read host list {where!r}: bad range {piece!r}")
+        start, end = match.group(1), match.group(2) or match.group(1)
+        if int(end) < int(start):
+            raise LaunchError(f"cannot read host list {where!r}: range {piece!r} runs backwards")
+        width = len(start)  # node[01-10] keeps its zero padding
+        values.extend(str(n).zfill(width) for n in range(int(start), int(end) + 1))
+    return values
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """SLURM's compact host list, expanded: "gpu[01-03,7],login" -> gpu01 gpu02 gpu03 gpu7 login.
+
+    Several bracket groups in one name multiply out ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2).
+    """
+    hosts: list[str] = []
+    for entry in _split_top_level(text):
+        names = [""]
+        for literal, body in re.findall(r"([^\[\]]*)(?:\[([^\[\]]*)\])?", entry):
+            if not literal and body == "":
+                continue
+            suffixes = _expand_range(body, text) if body else [""]
+            names = [n + literal + s for n in names for s in suffixes]
+        if entry.count("[") != entry.count("]"):
+            raise LaunchError(f"cannot read host list {text!r}: unbalanced brackets")
+        hosts.extend(names)
+    return hosts
+
+
+def _master_for_mpi(env: Mapping[str, str], local_size: int | None, world_size: int,
+                    launcher: str) -> str:
+    if "MASTER_ADDR" in env:
+        return env["MASTER_ADDR"]
+    if local_size is not None and local_size == world_size:
+        return "127.0.0.1"  # every rank on this host
+    raise LaunchError(
+        f"{launcher} does not say which host runs rank 0: set MASTER_ADDR for every rank "
+        "(for example mpirun -x MASTER_ADDR=host0 ...)")
+
+
+def _torchrun(env: Mapping[str, str]) -> LaunchEnv:
+    world_size = _int(env, "WORLD_SIZE", 1)
+    rank = _int(env, "RANK")
+    _check(rank, world_size, "RANK", "WORLD_SIZE")
+    if "MASTER_ADDR" not in env:
+        raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR is not")
+    if "MASTER_PORT" not in env:
+        raise LaunchError("RANK and WORLD_SIZE are set but MASTER_PORT is not")
+    torchrun = "TORCHELASTIC_RUN_ID" in env
+    return LaunchEnv(
+        launcher="torchrun" if torchrun else "env",
+        rank=rank,
+        world_size=world_size,
+        local_rank=_optional_int(env, "LOCAL_RANK") or 0,
+        local_world_size=_optional_int(env, "LOCAL_WORLD_SIZE"),
+        master_addr=env["MASTER_ADDR"],
+        master_port=_port(env, DEFAULT_PORT),
+        agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+        run_id=f"{env.get('TORCHELASTIC_RUN_ID', 'env')}."
+               f"{env.get('TORCHELASTIC_RESTART_COUNT', 0)}",
+    )
+
+
+def _openmpi(env: Mapping[str, str]) -> LaunchEnv:
+    world_size = _int(env, "OMPI_COMM_WORLD_SIZE", 1)
+    rank = _int(env, "OMPI_COMM_WORLD_RANK")
+    _check(rank, world_size, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+    local_size = _optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    return LaunchEnv(
+        launcher="openmpi",
+        rank=rank,
+        world_size=world_size,
+        local_rank=_optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0,
+        local_world_size=local_size,
+        master_addr=_master_for_mpi(env, local_size, world_size, "Open MPI"),
+        master_port=_port(env, DEFAULT_PORT),
+        agent_store=False,
+        run_id=env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "mpi",
+    )
+
+
+def _mpich(env: Mapping[str, str]) -> LaunchEnv:
+    world_size = _int(env, "PMI_SIZE", 1)
+    rank = _int(env, "PMI_RANK")
+    _check(rank, world_size, "PMI_RANK", "PMI_SIZE")
+    local_size = _optional_int(env, "MPI_LOCALNRANKS")
+    return LaunchEnv(
+        launcher="mpich",
+        rank=rank,
+        world_size=world_size,
+        local_rank=_optional_int(env, "MPI_LOCALRANKID") or 0,
+        local_world_size=local_size,
+        master_addr=_master_for_mpi(env, local_size, world_size, "the MPI launcher (PMI)"),
+        master_port=_port(env, DEFAULT_PORT),
+        agent_store=False,
+        run_id=env.get("PMI_KVSNAME") or "pmi",
+    )
+
+
+def _slurm(env: Mapping[str, str]) -> LaunchEnv:
+    size_name = "SLURM_NTASKS" if "SLURM_NTASKS" in env else "SLURM_NPROCS"
+    world_size = _int(env, size_name, 1)
+    rank = _int(env, "SLURM_PROCID")
+    _check(rank, world_size, "SLURM_PROCID", size_name)
+    if "MASTER_ADDR" in env:
+        master = env["MASTER_ADDR"]
+    else:
+        for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+            if env.get(name):
+                master = expand_hostlist(env[name])[0]
+                break
+        else:
+            raise LaunchError("SLURM_PROCID is set but neither SLURM_STEP_NODELIST, "
+                              "SLURM_JOB_NODELIST, SLURM_NODELIST nor MASTER_ADDR is")
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "0"
+    default_port = SLURM_PORT_BASE + (int(job) % SLURM_PORT_SPAN if job.isdigit() else 0)
+    return LaunchEnv(
+        launcher="slurm",
+        rank=rank,
+        world_size=world_size,
+        local_rank=_optional_int(env, "SLURM_LOCALID") or 0,
+        local_world_size=None,
+        master_addr=master,
+        master_port=_port(env, default_port),
+        agent_store=False,
+        run_id=f"{job}.{env.get('SLURM_STEP_ID', env.get('SLURM_STEPID', 0))}",
+    )
+
+
+# Most specific first: mpirun inside a SLURM allocation inherits the batch step's SLURM_PROCID,
+# so the MPI variables must win over SLURM's; torchrun's own variables win over everything.
+_DETECTORS = (
+    (("RANK", "WORLD_SIZE"), _torchrun),
+    (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), _openmpi),
+    (("PMI_RANK", "PMI_SIZE"), _mpich),
+    (("SLURM_PROCID",), _slurm),
+)
+EXPECTED = ("torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, SLURM_PROCID/SLURM_NTASKS, "
+            "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE or PMI_RANK/PMI_SIZE")
+
+
+def detect(env: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """The launcher this process runs under, None without one; LaunchError if it is garbled."""
+    env = os.environ if env is None else env
+    for names, read in _DETECTORS:
+        if all(name in env for name in names):
+            return read(env)
+    return None
+
+
+def resolve(config: pytest.Config, mode: str) -> LaunchEnv | None:
+    """Apply --distbench-launcher (auto, local, env) to this process's environment."""
+    if mode == "local":
+        return None
+    try:
+        launch = detect()
+    except LaunchError as exc:
+        raise pytest.UsageError(
+            f"--distbench-launcher={mode}: the launcher environment is incomplete: {exc} "
+            "(pass --distbench-launcher=local to ignore it)") from None
+    if launch is None:
+        if mode == "env":
+            raise pytest.UsageError(
+                "--distbench-launcher=env: no launcher found in the environment (expected "
+                f"{EXPECTED}); start pytest with torchrun, srun or mpirun, or use "
+                "--distbench-launcher=auto")
+        return None
+    xdist = getattr(config, "workerinput", None) is not None or (
+        config.getoption("dist", "no") not in (None, "no"))
+    if xdist:
+        raise pytest.UsageError(
+            f"launcher mode ({launch.launcher}, {launch.world_size} processes) and pytest-xdist "
+            "(-n) cannot be combined: the launcher already runs one pytest per rank")
+    return launch

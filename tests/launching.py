@@ -1,0 +1,83 @@
+"""Starting pytest the way torchrun, srun or mpirun would: one process per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@dataclass
+class Finished:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def free_port() -> int:
+    # Tests only: the product never guesses a port, the launcher (or the user) names it.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_all(commands: list[tuple[list[str], dict[str, str]]], cwd: Path,
+            timeout: float) -> list[Finished]:
+    """Start every command at once; wait for all (killing what outlives `timeout`)."""
+    began = time.monotonic()
+    processes = [
+        subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for argv, env in commands
+    ]
+    finished = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - began)))
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            output, _ = process.communicate()
+            output += "\n<<killed by the test: timeout>>"
+        finished.append(Finished(process.returncode, output, time.monotonic() - began))
+    return finished
+
+
+def rank_env(kind: str, rank: int, world_size: int, port: int) -> dict[str, str]:
+    """What srun or mpirun would put in the environment of one rank on this one host."""
+    if kind == "slurm":
+        return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world_size),
+                "SLURM_LOCALID": str(rank), "SLURM_JOB_ID": "4242",
+                "SLURM_STEP_NODELIST": "localhost,node[02-04]", "MASTER_PORT": str(port)}
+    if kind == "openmpi":
+        return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world_size),
+                "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+                "OMPI_COMM_WORLD_LOCAL_SIZE": str(world_size), "MASTER_PORT": str(port)}
+    if kind == "mpich":
+        return {"PMI_RANK": str(rank), "PMI_SIZE": str(world_size),
+                "MPI_LOCALRANKID": str(rank), "MPI_LOCALNRANKS": str(world_size),
+                "MASTER_PORT": str(port)}
+    raise ValueError(kind)
+
+
+def launch(cwd: Path, kind: str, world_size: int, args: list[str],
+           timeout: float = 240) -> list[Finished]:
+    port = free_port()
+    return run_all([(PYTEST + args, rank_env(kind, r, world_size, port))
+                    for r in range(world_size)], cwd, timeout)
+
+
+def read_results(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def benchmark_ids(path: Path) -> list[str]:
+    return [b["distbench"]["id"] for b in read_results(path)["benchmarks"]]

@@ -1,0 +1,220 @@
+"""Launcher mode with real processes: torchrun (one node, two nodes), simulated srun and mpirun
+environments, mismatched collection, a raising rank, a hanging rank.
+
+Every test starts the ranks itself and checks, through the leak_tag fixture, that no process
+outlives it.
+"""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+
+import pytest
+import torch
+from launching import PYTEST, TORCHRUN, free_port, launch, read_results, run_all
+
+BENCH = textwrap.dedent("""
+    import os, pytest, torch, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_all_reduce(distbench, nbytes):
+        x = torch.ones(nbytes // 4)
+        distbench.measure(lambda: dist.all_reduce(x), nbytes=nbytes, family="all_reduce",
+                          busbw_factor=2 * (distbench.world_size - 1) / distbench.world_size)
+
+    @pytest.mark.distbench
+    def test_fixtures(distbench, rank, world_size, process_group, tcp_store):
+        assert dist.get_rank() == rank and dist.get_world_size() == world_size
+        tcp_store.set(f"k{rank}", str(os.getpid()))
+        tcp_store.wait([f"k{r}" for r in range(world_size)])
+        pids = {tcp_store.get(f"k{r}") for r in range(world_size)}
+        assert len(pids) == world_size  # one process per rank, each running its own body
+
+    @pytest.mark.distbench(world_size=[3])
+    def test_three_only(distbench):
+        pass
+""")
+ARGS = ["--distbench", "--tensor-size=1KiB", "--distbench-iterations=10", "-rs"]
+
+
+def _check_run(output: str, path, launcher: str, ranks: int) -> None:
+    assert output.count("test session starts") == 1, output  # the other ranks are quiet
+    assert output.count("distbench results") == 1, output
+    assert f"launcher mode: {launcher} started {ranks} ranks; this test's world size is 3" in (
+        output)
+    document = read_results(path)
+    [record] = [b["distbench"] for b in document["benchmarks"]]
+    assert record["id"].endswith(f"::test_all_reduce[gloo-ws{ranks}-1KiB]")
+    assert record["world_size"] == ranks and len(record["rank_samples"]) == ranks
+    columns = zip(*record["rank_samples"], strict=True)
+    assert record["samples"] == [max(column) for column in columns]
+    environment = document["distbench"]["environment"]
+    assert environment["launcher"]["name"] == launcher
+    assert environment["launcher"]["ranks_per_host"] == {socket.gethostname(): ranks}
+    assert environment["world_sizes"] == [ranks]
+
+
+@pytest.mark.parametrize("nproc", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_torchrun_one_node(pytester, leak_tag, nproc):
+    pytester.makepyfile(BENCH)
+    path = pytester.path / "run.json"
+    [done] = run_all([(TORCHRUN + ["--standalone", f"--nproc-per-node={nproc}", "-m", "pytest",
+                                   "-p", "no:cacheprovider", *ARGS, f"--distbench-json={path}"],
+                       {})], pytester.path, timeout=400)
+    assert done.returncode == 0, done.output
+    assert "2 passed, 1 skipped" in done.output
+    _check_run(done.output, path, "torchrun", nproc)
+
+
+def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
+    """Two torchrun agents, one per "node", meet at a c10d rendezvous and form one world."""
+    pytester.makepyfile(BENCH)
+    path = pytester.path / "run.json"
+    port = free_port()
+
+    def agent(is_host: int) -> list[str]:
+        return TORCHRUN + [
+            "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-id=distbench",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={is_host}",
+            "-m", "pytest", "-p", "no:cacheprovider", *ARGS, f"--distbench-json={path}"]
+
+    nodes = run_all([(agent(1), {}), (agent(0), {})], pytester.path, timeout=400)
+    assert [n.returncode for n in nodes] == [0, 0], "\n".join(n.output for n in nodes)
+    reporting = [n for n in nodes if "test session starts" in n.output]
+    assert len(reporting) == 1  # rank 0 lives on one node; the other node prints nothing
+    _check_run(nodes[0].output + nodes[1].output, path, "torchrun", 2)
+
+
+@pytest.mark.parametrize("kind", ["slurm", "openmpi", pytest.param("mpich",
+                                                                    marks=pytest.mark.slow)])
+def test_simulated_srun_and_mpirun(pytester, leak_tag, kind):
+    pytester.makepyfile(BENCH)
+    path = pytester.path / "run.json"
+    no_gpu = not torch.cuda.is_available()
+    backends = ["--backend=gloo,nccl"] if no_gpu else []
+    ranks = launch(pytester.path, kind, 2, ARGS + backends + [f"--distbench-json={path}"])
+    assert [r.returncode for r in ranks] == [0, 0], ranks[0].output + ranks[1].output
+    assert ranks[1].output.strip() == ""  # quiet: its results reached rank 0
+    _check_run(ranks[0].output, path, kind, 2)
+    if no_gpu:  # every rank skips nccl, with the reason of the first rank that cannot run it
+        assert "2 passed, 4 skipped" in ranks[0].output
+        assert "rank 0 (" in ranks[0].output and "backend nccl needs CUDA" in ranks[0].output
+
+
+def test_ranks_that_collect_different_tests_stop_with_the_first_difference(pytester, leak_tag):
+    pytester.makepyfile(textwrap.dedent("""
+        import os, pytest
+
+        @pytest.mark.distbench
+        def test_a(distbench):
+            pass
+
+        if os.environ["SLURM_PROCID"] == "1":
+            @pytest.mark.distbench
+            def test_only_on_rank_1(distbench):
+                pass
+
+        @pytest.mark.distbench
+        def test_c(distbench):
+            pass
+    """))
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench"], timeout=200)
+    assert [r.returncode for r in ranks] == [4, 4], ranks[0].output + ranks[1].output
+    output = ranks[0].output
+    assert "the ranks collected different tests" in output
+    assert ("item 1: rank 0 has 'test_ranks_that_collect_different_tests_stop_with_the_first_"
+            "difference.py::test_c[gloo-ws2]', rank 1 has 'test_ranks_that_collect_different_"
+            "tests_stop_with_the_first_difference.py::test_only_on_rank_1[gloo-ws2]'") in output
+    assert "passed" not in output and "failed" not in output  # no test ran
+
+
+AFTER = """
+@pytest.mark.distbench
+def test_after(distbench):
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert x[0].item() == distbench.world_size
+"""
+
+
+def test_a_raising_rank_fails_the_test_on_rank_0_and_the_session_goes_on(pytester, leak_tag):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_raises(distbench):
+            print(f"hello from {distbench.rank}")
+            if distbench.rank == 1:
+                raise ValueError("boom from the second rank")
+            dist.barrier()  # rank 0 would wait here for rank 1 until the timeout
+    """) + AFTER)
+    ranks = launch(pytester.path, "slurm", 2,
+                   ["--distbench", "--distbench-timeout=120", "--durations=0"])
+    output = ranks[0].output
+    # The same outcome on every rank: the same exit code.
+    assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
+    for line in ["rank 1 raised:",
+                 '[rank 1]     raise ValueError("boom from the second rank")',
+                 "[rank 1] ValueError: boom from the second rank",
+                 "rank 0 failed after rank 1 did (released from waiting for it):",
+                 "[rank 0] hello from 0", "[rank 1] hello from 1",
+                 "1 failed, 1 passed"]:
+        assert line in output, output
+    durations = {line.split()[-1]: float(line.split()[0][:-1]) for line in output.splitlines()
+                 if " call " in line and line.split()[0].endswith("s")}
+    # Released after the grace period, not after the 120 s timeout.
+    assert durations["test_a_raising_rank_fails_the_test_on_rank_0_and_the_session_goes_on.py"
+                     "::test_raises[gloo-ws2]"] < 30
+
+
+def test_a_hanging_rank_ends_the_session_with_stacks(pytester, leak_tag):
+    pytester.makepyfile(textwrap.dedent("""
+        import time, pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_first(distbench):
+            x = torch.ones(4)
+            distbench.measure(lambda: dist.all_reduce(x), nbytes=16, name="before")
+
+        def wait_forever():
+            while True:
+                time.sleep(1)
+
+        @pytest.mark.distbench
+        def test_hangs(distbench):
+            if distbench.rank == 1:
+                wait_forever()
+            dist.barrier()
+
+        def test_plain_after():
+            pass
+    """) + AFTER)
+    path = pytester.path / "run.json"
+    ranks = launch(pytester.path, "slurm", 2,
+                   ["--distbench", "--distbench-timeout=8", "--distbench-iterations=5", "-rs",
+                    f"--distbench-json={path}"], timeout=200)
+    output = ranks[0].output
+    assert all(r.returncode != 0 for r in ranks), output
+    assert max(r.seconds for r in ranks) < 150  # promptly: not the 5-minute store timeout
+    for line in ["timed out after 8 s (--distbench-timeout): ranks [0, 1] did not finish",
+                 "--- rank 1 (", "in wait_forever", "--- rank 0 (", "in test_hangs",
+                 "not run: test_a_hanging_rank_ends_the_session_with_stacks.py::test_hangs"
+                 "[gloo-ws2] hung",
+                 "1 failed, 1 passed, 2 skipped"]:
+        assert line in output, output
+    # What was measured before the hang is kept.
+    [record] = [b["distbench"] for b in read_results(path)["benchmarks"]]
+    assert record["id"].endswith("test_first[gloo-ws2]::before")
+
+
+def test_forced_launcher_mode_without_a_launcher_is_a_usage_error(pytester, leak_tag):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    [done] = run_all([(PYTEST + ["--distbench", "--distbench-launcher=env"], {})],
+                     pytester.path, timeout=120)
+    assert done.returncode == 4
+    assert "--distbench-launcher=env: no launcher found in the environment" in done.output
+    [done] = run_all([(PYTEST + ["--distbench", "--distbench-launcher=mpi"], {})],
+                     pytester.path, timeout=120)
+    assert done.returncode == 4
+    assert "--distbench-launcher: unknown launcher mode 'mpi'" in done.output
