@@ -186,8 +186,9 @@ class LauncherSession(DistbenchSession):
 
     # -- one test ---------------------------------------------------------------------------
 
-    def run_item(self, item: pytest.Function, settings: Settings,
-                 key: WorldKey) -> list[dict[str, Any]]:
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+        # fresh_world_after cannot be honoured: the launcher's processes are the world.
         index = self.index_of[item.nodeid]
         reason = self._backend_reason(key)
         if reason:
