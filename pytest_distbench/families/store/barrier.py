@@ -50,11 +50,13 @@ def run_barrier(distbench: Any, tcp_store: Any, clients: int, backend: str,
             lambda store: barrier_rounds(store, clients, config.rounds, timeout),
             label="barrier")
         samples = sim.exchange.from_server("barrier/times", server_times)
-        slowest = [max(per_round) for per_round in zip(*[r for r in results if r])] or []
+        # Per round, the slowest of this rank's clients, then of all ranks' clients.
+        slowest = [max(r) for r in zip(*[r for r in results if r], strict=True)]
         slowest_all = sim.exchange.all("barrier/clients", slowest)
         figures = record_facts(sim)
         figures["rounds"] = config.rounds
-        figures["client_barrier_max_s"] = [max(v) for v in zip(*[s for s in slowest_all if s])]
+        figures["client_barrier_max_s"] = [
+            max(v) for v in zip(*[s for s in slowest_all if s], strict=True)]
         if sim.connect_s:
             figures.update(plan.connect_summary(sim.connect_s))
     distbench.record(samples, family=FAMILY, figures=figures)

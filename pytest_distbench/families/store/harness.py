@@ -424,3 +424,12 @@ def record_facts(sim: SimulatedStore) -> dict[str, Any]:
         "nofile_before": [lim["nofile_before"] for lim in limits],
         "init_s": sim.init_s,
     }
+
+
+def store_config(config: Any, node: Any) -> StoreConfig:
+    """The family's settings of one test, resolved in the controller (marker > CLI > ini)."""
+    from pytest_distbench.settings import resolve
+
+    marker = node.get_closest_marker("distbench")
+    settings = resolve(config, marker.kwargs if marker else {})
+    return StoreConfig(rounds=settings.store_rounds, timeout_s=settings.store_timeout)
