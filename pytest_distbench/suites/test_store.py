@@ -7,7 +7,8 @@
         --distbench-store-backend=libuv
 
 Each sized test is parametrized by the plugin over ``clients`` (``--distbench-store-clients``,
-the server's world_size, default 64,1024) and ``store_backend`` (``--distbench-store-backend``,
+the server's world_size, default 64,512: small, because plain ``pytest --distbench`` runs
+the suite too) and ``store_backend`` (``--distbench-store-backend``,
 default libuv,legacy). The server runs in rank 0 and listens on 127.0.0.1 only; the clients are
 threads spread over the other ranks. Every record says which backend the server actually ran.
 """

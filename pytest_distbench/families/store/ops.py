@@ -2,7 +2,8 @@
 
 Every client (the server's own included) runs `rounds` operations of one kind back to back
 on keys of its own, all clients at the same time; each operation is timed on its own. The
-samples are every operation's latency (seconds, one round trip), from every client; ops/s is
+samples are every operation's latency (seconds), from every client: a round trip, except
+for set and multi_set, which return once the request is sent (TCPStore reads no reply); ops/s is
 the total count over the wall time of the phase on rank 0 (from the ranks' start barrier to
 their end barrier, so it includes one gloo barrier).
 """
@@ -31,6 +32,8 @@ class Op:
     name: str
     prepare: Callable[[Any, int], None]
     run: Callable[[Any, int, int], bool]  # (store, client id, i) -> result is right
+    # set and multi_set return once the request is sent: TCPStore waits for no reply.
+    round_trip: bool = True
 
 
 def _key(cid: int, what: str = "v") -> str:
@@ -90,12 +93,12 @@ def _multi_get(store: Any, cid: int, i: int) -> bool:
 
 
 OPS: dict[str, Op] = {op.name: op for op in (
-    Op("set", _nothing, _set),
+    Op("set", _nothing, _set, round_trip=False),
     Op("get", _set_own, _get),
     Op("add", _nothing, _add),
     Op("compare_set", _prepare_cas, _compare_set),
     Op("wait", _set_own, _wait),
-    Op("multi_set", _nothing, _multi_set),
+    Op("multi_set", _nothing, _multi_set, round_trip=False),
     Op("multi_get", _prepare_multi_get, _multi_get),
 )}
 
@@ -138,6 +141,7 @@ def run_ops(distbench: Any, tcp_store: Any, clients: int, backend: str,
             wall = sim.exchange.from_server(f"{name}/wall", wall)
             samples = [t for lat, _ in everyone for t in lat]
             figures = dict(facts, op=name, rounds=config.rounds,
+                           round_trip=OPS[name].round_trip,
                            **plan.latency_summary(samples, wall))
             measured.append((name, samples, sum(w for _, w in everyone), figures))
     for name, samples, wrong, figures in measured:

@@ -24,9 +24,10 @@ def _rounds(text: str) -> int:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("store_clients", "--distbench-store-clients", "64,1024",
+    Setting("store_clients", "--distbench-store-clients", "64,512",
             lambda t: units.parse_positive_int_list(t, "store clients"),
-            "TCPStore clients (the study's ranks, the server's world_size), a list; simulated "
+            "TCPStore clients (the study's ranks, the server's world_size), a list (the default "
+            "is kept small because plain `pytest --distbench` runs it too); simulated "
             "on threads spread over the world's ranks", param="clients",
             param_id=lambda n: f"clients{n}"),
     Setting("store_backend", "--distbench-store-backend", "libuv,legacy", _store_backends,

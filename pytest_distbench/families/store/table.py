@@ -78,15 +78,17 @@ def render_ops(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):
         f = r["figures"]
-        body.append([f.get("server_backend"), f.get("clients"), f.get("op"),
+        op = f.get("op") if f.get("round_trip", True) else f"{f.get('op')} (send)"
+        body.append([f.get("server_backend"), f.get("clients"), op,
                      _us(f.get("latency_p50_s")), _us(f.get("latency_p95_s")),
                      _us(f.get("latency_max_s")), f"{f.get('ops_per_s', 0):.0f}",
                      r["wrong"] if r["wrong"] is not None else "N/A"])
     headers = ["backend", "clients", "op", "p50 (us)", "p95 (us)", "max (us)", "ops/s",
                "#wrong"]
     return _table(body, headers) + (
-        "\n# latency = one operation's round trip from one client while all clients run; "
-        "ops/s = all clients' operations / wall time")
+        "\n# latency = one operation's round trip from one client while all clients run "
+        "((send): set and multi_set wait for no reply); ops/s = all clients' operations / "
+        "wall time")
 
 
 def render_routes(rows: list[dict[str, Any]]) -> str:
