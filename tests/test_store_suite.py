@@ -42,6 +42,7 @@ def test_suite_measures_both_backends_and_states_what_ran(pytester, distbench_ru
         assert f["connect_p50_s"] <= f["connect_p95_s"] <= f["connect_max_s"] == max(
             f["connect_s"])
         assert r["samples"] == [f["init_s"]] and f["init_s"] > 0
+        assert len(f["handoff_s"]) == 2 and f["handoff_s"][0] == 0.0  # rank 0 hosts none
         assert f["slow_connects"] == sum(t > 1.0 for t in f["connect_s"])
     barriers = [r for r in records if r["family"] == "store_barrier"]
     assert all(r["iterations"] == 3 and len(r["figures"]["client_barrier_max_s"]) == 3
@@ -55,6 +56,7 @@ def test_suite_measures_both_backends_and_states_what_ran(pytester, distbench_ru
     for family in ("store_init", "store_barrier", "store_ops", "store_routes"):
         assert f"# {family}  backend=gloo  ranks=2" in text
     result.stdout.fnmatch_lines(["*backend*clients*init (s)*connect p50 (ms)*slow >1s*",
+                                 "*hand-off = the harness waking*",
                                  "*RLIMIT_NOFILE raised to the hard limit*127.0.0.1*"])
     result.stdout.fnmatch_lines(["*route*requested*USE_LIBUV*documented*ran*agrees*",
                                  "*", "*TCPStore(use_libuv=False)*legacy*legacy*pt_tcpstore*yes*"])

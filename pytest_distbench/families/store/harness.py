@@ -287,6 +287,10 @@ class SimulatedStore:
     server: Server | None = None
     init_s: float = 0.0
     connect_s: list[float] = field(default_factory=list)  # every client's, on every rank
+    # Per rank: from releasing its client threads to the last one entering its constructor,
+    # i.e. the harness's own share of the init time (the wake-up of every thread).
+    handoff_s: list[float] = field(default_factory=list)
+    peak_fds: int = 0  # most descriptors open in this rank while its clients connected
     facts: dict[str, Any] = field(default_factory=dict)  # rank 0's, shared with all
 
     def client(self, slot: int) -> Any:
@@ -336,8 +340,12 @@ def simulated_store(distbench: Any, tcp_store: Any, clients: int, backend: str,
     try:
         _start(sim)
         yield sim
-    finally:
-        _stop(sim)
+    except BaseException:
+        # A client stuck in its constructor cannot be interrupted: join briefly, say so, and
+        # let the failed test's world be killed with it.
+        _stop(sim, JOIN_GRACE_S)
+        raise
+    _stop(sim, config.timeout_s + JOIN_GRACE_S)
 
 
 def _start(sim: SimulatedStore) -> None:
@@ -353,8 +361,10 @@ def _start(sim: SimulatedStore) -> None:
     port = sim.exchange.from_server("port", sim.server.port if sim.server else None)
     timeout = timedelta(seconds=sim.config.timeout_s)
 
+    entered: list[float] = [0.0] * sim.placement.count
+
     def connect(slot: int) -> float:
-        began = time.perf_counter()
+        began = entered[slot] = time.perf_counter()
         client = dist.TCPStore(HOST, port, sim.clients, False, timeout, wait_for_workers=True)
         elapsed = time.perf_counter() - began
         sim.crew.clients[slot] = client
@@ -362,6 +372,7 @@ def _start(sim: SimulatedStore) -> None:
 
     # Everyone starts together, as the study's ranks do; the clock runs on the server.
     dist.barrier(group=sim.group)
+    released = time.perf_counter()
     if sim.crew is not None:
         sim.crew.start(connect)
     problem = None
@@ -375,24 +386,46 @@ def _start(sim: SimulatedStore) -> None:
             problem = (f"the server did not see all {sim.clients} clients within "
                        f"{sim.config.timeout_s:g} s: {exc}")
     if sim.crew is not None:
-        if not sim.crew.wait(sim.config.timeout_s + JOIN_GRACE_S):
+        done, peak = _wait_watching_fds(sim.crew, sim.config.timeout_s + JOIN_GRACE_S)
+        sim.peak_fds = peak
+        if not done:
             problem = problem or f"rank {sim.rank}: clients still connecting after the timeout"
         elif sim.crew.errors:
             slot, error = next(iter(sorted(sim.crew.errors.items())))
             problem = problem or (
                 f"rank {sim.rank}: {len(sim.crew.errors)} of {sim.placement.count} clients "
-                f"could not connect, e.g. client {sim.crew.ids[slot]}: {error}")
+                f"could not connect, e.g. client {sim.crew.ids[slot]}: {error.splitlines()[0]}")
+        if problem and peak >= sim.limits["nofile_soft"] - plan.FD_MARGIN // 2:
+            problem += (f" -- the descriptor limit was reached (peak {peak} open of "
+                        f"{sim.limits['nofile_soft']}): while its reverse lookup is pending a "
+                        "connecting client also holds a resolver socket; use more ranks "
+                        "(--world-size) or raise the hard limit")
     agree(sim.exchange, "connect/status", problem)
     mine = [t for t in (sim.crew.results if sim.crew else []) if t is not None]
     times = sim.exchange.all("connect/times", mine)
     sim.connect_s = [t for per_rank in times for t in per_rank]
-    sim.facts = sim.exchange.from_server("facts", facts)
+    handoff = max(entered) - released if entered else 0.0
+    sim.handoff_s = sim.exchange.all("connect/handoff", handoff)
+    sim.facts["peak_fds"] = sim.exchange.all("connect/peak_fds", sim.peak_fds)
+    sim.facts = dict(sim.exchange.from_server("facts", facts), **sim.facts)
     sim.facts["limits"] = sim.exchange.all("limits/values", sim.limits)
     sim.init_s = sim.exchange.from_server("init_s", sim.init_s)
 
 
-def _stop(sim: SimulatedStore) -> None:
-    left = sim.crew.close(sim.config.timeout_s + JOIN_GRACE_S) if sim.crew else []
+def _wait_watching_fds(crew: Crew, timeout_s: float) -> tuple[bool, int]:
+    """Wait for the crew's task; the most descriptors this process had open meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    peak = open_fds()
+    while True:
+        if crew.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            return True, max(peak, open_fds())
+        peak = max(peak, open_fds())
+        if time.monotonic() >= deadline:
+            return False, peak
+
+
+def _stop(sim: SimulatedStore, join_s: float) -> None:
+    left = sim.crew.close(join_s) if sim.crew else []
     sim.crew = None
     # Clients first, the server last: a server that goes first turns every client's close
     # into a connection reset.
@@ -423,6 +456,8 @@ def record_facts(sim: SimulatedStore) -> dict[str, Any]:
         "nofile_hard": [lim["nofile_hard"] for lim in limits],
         "nofile_before": [lim["nofile_before"] for lim in limits],
         "init_s": sim.init_s,
+        "handoff_s": sim.handoff_s,
+        "peak_fds": sim.facts.get("peak_fds"),
     }
 
 

@@ -53,12 +53,14 @@ def render_init(rows: list[dict[str, Any]]) -> str:
         body.append([f.get("server_backend"), f.get("clients"), _s(r["summary"]["p50"]),
                      _ms(f.get("connect_p50_s")), _ms(f.get("connect_p95_s")),
                      _ms(f.get("connect_max_s")),
-                     f"{f.get('slow_connects', 0)}/{max(f.get('clients', 1) - 1, 0)}"])
+                     f"{f.get('slow_connects', 0)}/{max(f.get('clients', 1) - 1, 0)}",
+                     _s(max(f.get("handoff_s") or [0.0]))])
     headers = ["backend", "clients", "init (s)", "connect p50 (ms)", "p95 (ms)", "max (ms)",
-               f"slow >{plan.SLOW_CONNECT_S:g}s"]
+               f"slow >{plan.SLOW_CONNECT_S:g}s", "hand-off (s)"]
     return _table(body, headers) + (
         "\n# init = server constructor until all clients connected (the study's figure); "
-        "connect = one simulated client's constructor\n" + _limits(rows))
+        "connect = one simulated client's constructor; hand-off = the harness waking its "
+        "client threads (the slowest rank), part of init\n" + _limits(rows))
 
 
 def render_barrier(rows: list[dict[str, Any]]) -> str:
