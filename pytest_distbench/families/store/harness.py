@@ -341,11 +341,14 @@ def simulated_store(distbench: Any, tcp_store: Any, clients: int, backend: str,
         _start(sim)
         yield sim
     except BaseException:
-        # A client stuck in its constructor cannot be interrupted: join briefly, say so, and
-        # let the failed test's world be killed with it.
+        # A client stuck in its constructor cannot be interrupted: join briefly and let the
+        # failed test's world be killed with it; the first failure is the one to report.
         _stop(sim, JOIN_GRACE_S)
         raise
-    _stop(sim, config.timeout_s + JOIN_GRACE_S)
+    left = _stop(sim, config.timeout_s + JOIN_GRACE_S)
+    if left:
+        raise StoreFailure(f"rank {rank}: {len(left)} client threads did not stop within the "
+                           f"timeout (e.g. {left[0]})")
 
 
 def _start(sim: SimulatedStore) -> None:
@@ -395,9 +398,10 @@ def _start(sim: SimulatedStore) -> None:
             problem = problem or (
                 f"rank {sim.rank}: {len(sim.crew.errors)} of {sim.placement.count} clients "
                 f"could not connect, e.g. client {sim.crew.ids[slot]}: {error.splitlines()[0]}")
-        if problem and peak >= sim.limits["nofile_soft"] - plan.FD_MARGIN // 2:
-            problem += (f" -- the descriptor limit was reached (peak {peak} open of "
-                        f"{sim.limits['nofile_soft']}): while its reverse lookup is pending a "
+        soft = sim.limits["nofile_soft"]
+        if problem and peak >= soft - max(plan.FD_MARGIN, soft // 50):
+            problem += (f" -- the descriptor limit was nearly reached (peak {peak} open "
+                        f"of {soft}): while its reverse lookup is pending a "
                         "connecting client also holds a resolver socket; use more ranks "
                         "(--world-size) or raise the hard limit")
     agree(sim.exchange, "connect/status", problem)
@@ -424,7 +428,8 @@ def _wait_watching_fds(crew: Crew, timeout_s: float) -> tuple[bool, int]:
             return False, peak
 
 
-def _stop(sim: SimulatedStore, join_s: float) -> None:
+def _stop(sim: SimulatedStore, join_s: float) -> list[str]:
+    """Drop the clients, join the threads, close the server; the threads still running."""
     left = sim.crew.close(join_s) if sim.crew else []
     sim.crew = None
     # Clients first, the server last: a server that goes first turns every client's close
@@ -435,9 +440,7 @@ def _stop(sim: SimulatedStore, join_s: float) -> None:
         if sim.server is not None:
             sim.server.close()
             sim.server = None
-    if left:
-        raise StoreFailure(f"rank {sim.rank}: {len(left)} client threads did not stop "
-                           f"within the timeout (e.g. {left[0]})")
+    return left
 
 
 def record_facts(sim: SimulatedStore) -> dict[str, Any]:
