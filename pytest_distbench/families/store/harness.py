@@ -293,9 +293,6 @@ class SimulatedStore:
     peak_fds: int = 0  # most descriptors open in this rank while its clients connected
     facts: dict[str, Any] = field(default_factory=dict)  # rank 0's, shared with all
 
-    def client(self, slot: int) -> Any:
-        return self.crew.clients[slot] if self.crew else None
-
     def run_phase(self, task: Callable[[Any, int], Any], master_task: Callable[[Any], Any]
                   | None = None, label: str = "phase") -> tuple[list[Any], Any]:
         """Run task(client, id) on every simulated client at once (and master_task on the
