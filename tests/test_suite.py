@@ -7,6 +7,7 @@ def test_builtin_suite_runs_checks_and_prints_seven_tables(pytester, distbench_r
     result = distbench_run(
         "--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
         "--tensor-size=4B,1KiB", "--distbench-iterations=5", "--distbench-warmup=1",
+        "-k", "not store",  # the store suite has its own test (test_store_suite.py)
     )
     result.assert_outcomes(passed=13)
     out = result.stdout.str()
