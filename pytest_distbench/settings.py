@@ -114,7 +114,10 @@ CORE_SETTINGS = (
             "smallest slowdown that counts as a regression, e.g. 5%"),
 )
 # Each family that has options of its own keeps them in its own module as `SETTINGS`.
-FAMILY_OPTION_MODULES: tuple[str, ...] = ("pytest_distbench.families.rpc.options",)
+FAMILY_OPTION_MODULES: tuple[str, ...] = (
+    "pytest_distbench.families.rpc.options",
+    "pytest_distbench.families.store.options",
+)
 
 
 @cache

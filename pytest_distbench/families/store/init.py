@@ -1,0 +1,28 @@
+"""store_init: the study's TCPStore initialization time, plus every client's connect time.
+
+The sample is the time on the server (rank 0) from the start of the server's constructor
+until it returns, i.e. until all N store users are connected: the study's definition.
+The figures add the distribution of the N - 1 simulated clients' connect times (each timed
+around its own client constructor), so a few stalled connects are seen, not averaged away.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import plan
+from .harness import StoreConfig, record_facts, simulated_store
+
+FAMILY = "store_init"
+
+
+def run_init(distbench: Any, tcp_store: Any, clients: int, backend: str,
+             config: StoreConfig) -> None:
+    with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
+        figures = record_facts(sim)
+        if sim.connect_s:
+            figures.update(plan.connect_summary(sim.connect_s))
+        figures["slow_connect_threshold_s"] = plan.SLOW_CONNECT_S
+        figures["connect_s"] = sim.connect_s
+        init_s = sim.init_s
+    distbench.record([init_s], family=FAMILY, figures=figures)

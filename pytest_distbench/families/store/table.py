@@ -1,0 +1,116 @@
+"""Tables of the store family: one row per (backend that ran, clients), the study's figures.
+
+Imported by the suite module (in the controller), which registers the styles; no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_distbench.results.table import register_style
+
+from . import plan
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}" if seconds < 0.1 else (
+        f"{seconds * 1e3:.0f}")
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}"
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.0f}"
+
+
+def _order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (str(r["figures"].get("server_backend")),
+                                       r["figures"].get("clients", 0),
+                                       str(r["figures"].get("op", ""))))
+
+
+def _table(body: list[list[Any]], headers: list[str]) -> str:
+    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=("right",) * len(headers))
+
+
+def _limits(rows: list[dict[str, Any]]) -> str:
+    soft = {s for r in rows for s in r["figures"].get("nofile_soft", [])}
+    before = {s for r in rows for s in r["figures"].get("nofile_before", [])}
+    listen = {r["figures"].get("server_listen") for r in rows}
+    return (f"# RLIMIT_NOFILE raised to the hard limit: {sorted(before)} -> {sorted(soft)}; "
+            f"server listens on {', '.join(sorted(str(x) for x in listen))}")
+
+
+def render_init(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for r in _order(rows):
+        f = r["figures"]
+        body.append([f.get("server_backend"), f.get("clients"), _s(r["summary"]["p50"]),
+                     _ms(f.get("connect_p50_s")), _ms(f.get("connect_p95_s")),
+                     _ms(f.get("connect_max_s")),
+                     f"{f.get('slow_connects', 0)}/{max(f.get('clients', 1) - 1, 0)}",
+                     _s(max(f.get("handoff_s") or [0.0]))])
+    headers = ["backend", "clients", "init (s)", "connect p50 (ms)", "p95 (ms)", "max (ms)",
+               f"slow >{plan.SLOW_CONNECT_S:g}s", "hand-off (s)"]
+    return _table(body, headers) + (
+        "\n# init = server constructor until all clients connected (the study's figure); "
+        "connect = one simulated client's constructor; hand-off = the harness waking its "
+        "client threads (the slowest rank), part of init\n" + _limits(rows))
+
+
+def render_barrier(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for r in _order(rows):
+        f, s = r["figures"], r["summary"]
+        body.append([f.get("server_backend"), f.get("clients"), r["iterations"], _ms(s["p50"]),
+                     _ms(s["mean"]), _ms(s["p95"]), _ms(s["max"]), _s(f.get("init_s"))])
+    headers = ["backend", "clients", "rounds", "barrier p50 (ms)", "mean (ms)", "p95 (ms)",
+               "max (ms)", "init (s)"]
+    return _table(body, headers) + (
+        "\n# one store-based barrier of all clients, timed on the server's own client "
+        "(the study divides the total of its rounds: that is the mean)")
+
+
+def render_ops(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for r in _order(rows):
+        f = r["figures"]
+        op = f.get("op") if f.get("round_trip", True) else f"{f.get('op')} (send)"
+        body.append([f.get("server_backend"), f.get("clients"), op,
+                     _us(f.get("latency_p50_s")), _us(f.get("latency_p95_s")),
+                     _us(f.get("latency_max_s")), f"{f.get('ops_per_s', 0):.0f}",
+                     r["wrong"] if r["wrong"] is not None else "N/A"])
+    headers = ["backend", "clients", "op", "p50 (us)", "p95 (us)", "max (us)", "ops/s",
+               "#wrong"]
+    return _table(body, headers) + (
+        "\n# latency = one operation's round trip from one client while all clients run "
+        "((send): set and multi_set wait for no reply); ops/s = all clients' operations / "
+        "wall time")
+
+
+def render_routes(rows: list[dict[str, Any]]) -> str:
+    blocks = []
+    for r in rows:
+        f = r["figures"]
+        body = [[x["route"], x["how"], x["env"], x["documented"], x["ran"], x["thread"] or "-",
+                 {True: "yes", False: "NO", None: "-"}[x["agrees"]]] for x in f["rows"]]
+        headers = ["route", "requested", "USE_LIBUV", "documented", "ran", "server thread",
+                   "agrees"]
+        notes = [f"# {x['how']}: {x['note']}" for x in f["rows"]
+                 if x["note"] and not x["note"].startswith("url ")]
+        blocks.append(tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+                      + f"\n# torch {f.get('torch')}, network namespace: {f.get('network')}"
+                      + "".join("\n" + n for n in notes))
+    return "\n".join(blocks)
+
+
+def register() -> None:
+    register_style(["store_init"], render_init)
+    register_style(["store_barrier"], render_barrier)
+    register_style(["store_ops"], render_ops)
+    register_style(["store_routes"], render_routes)

@@ -1,0 +1,115 @@
+"""The store suite through the plugin, with real ranks, real stores and real client threads."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+SUITE = ("--distbench", "--pyargs", "pytest_distbench.suites", "-k", "store")
+
+
+def _records(path):
+    return [b["distbench"] for b in json.loads(path.read_text())["benchmarks"]]
+
+
+def test_suite_measures_both_backends_and_states_what_ran(pytester, distbench_run):
+    out = pytester.path / "store.json"
+    result = distbench_run(*SUITE, "--distbench-store-clients=3,12", "--distbench-store-rounds=3",
+                           f"--distbench-json={out}", timeout=400)
+    result.assert_outcomes(passed=13)
+    records = _records(out)
+    families = {r["family"] for r in records}
+    assert families == {"store_init", "store_barrier", "store_ops", "store_routes"}
+    for r in records:
+        if r["family"] == "store_routes":
+            continue
+        f = r["figures"]
+        # What ran is what the server reported; here it is also what was asked for.
+        assert f["server_backend"] == r["params"]["store_backend"] == f["requested_backend"]
+        assert f["server_thread"] == {"libuv": "pt_tcpstore_uv", "legacy": "pt_tcpstore"}[
+            f["server_backend"]]
+        assert f["clients"] == r["params"]["clients"]
+        assert f["server_listen"].startswith("127.0.0.1")
+        assert f["clients_per_rank"] == [0, f["clients"] - 1]  # ws2: server rank hosts none
+        assert f["nofile_soft"] == f["nofile_hard"]  # raised as far as the hard limit allows
+    inits = [r for r in records if r["family"] == "store_init"]
+    assert len(inits) == 4
+    for r in inits:
+        f = r["figures"]
+        assert len(f["connect_s"]) == f["clients"] - 1
+        assert f["connect_p50_s"] <= f["connect_p95_s"] <= f["connect_max_s"] == max(
+            f["connect_s"])
+        assert r["samples"] == [f["init_s"]] and f["init_s"] > 0
+        assert len(f["handoff_s"]) == 2 and f["handoff_s"][0] == 0.0  # rank 0 hosts none
+        assert f["slow_connects"] == sum(t > 1.0 for t in f["connect_s"])
+    barriers = [r for r in records if r["family"] == "store_barrier"]
+    assert all(r["iterations"] == 3 and len(r["figures"]["client_barrier_max_s"]) == 3
+               for r in barriers)
+    ops = [r for r in records if r["family"] == "store_ops"]
+    assert {r["figures"]["op"] for r in ops} >= {"set", "get", "add", "compare_set", "wait"}
+    for r in ops:
+        assert r["wrong"] == 0
+        assert r["figures"]["ops_total"] == r["figures"]["clients"] * 3 == len(r["samples"])
+    text = result.stdout.str()
+    for family in ("store_init", "store_barrier", "store_ops", "store_routes"):
+        assert f"# {family}  backend=gloo  ranks=2" in text
+    result.stdout.fnmatch_lines(["*backend*clients*init (s)*connect p50 (ms)*slow >1s*",
+                                 "*hand-off = the harness waking*",
+                                 "*RLIMIT_NOFILE raised to the hard limit*127.0.0.1*"])
+    result.stdout.fnmatch_lines(["*route*requested*USE_LIBUV*documented*ran*agrees*",
+                                 "*", "*TCPStore(use_libuv=False)*legacy*legacy*pt_tcpstore*yes*"])
+
+
+@pytest.mark.slow
+def test_one_rank_hosts_server_and_clients(pytester, distbench_run):
+    out = pytester.path / "one.json"
+    result = distbench_run(*SUITE, "-k", "init", "--world-size=1",
+                           "--distbench-store-clients=5", "--distbench-store-backend=legacy",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    [record] = _records(out)
+    assert record["figures"]["clients_per_rank"] == [4]
+    assert record["figures"]["server_backend"] == "legacy"
+
+
+@pytest.mark.slow
+def test_too_many_clients_for_the_descriptor_limit_fails_with_the_reason(pytester,
+                                                                        distbench_run):
+    # The controller (and so every rank it forks) gets a low hard limit it cannot raise.
+    pytester.makeconftest(
+        "import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))\n")
+    result = distbench_run(*SUITE, "-k", "init", "--distbench-store-clients=2000",
+                           "--distbench-store-backend=libuv", "--rootdir", str(pytester.path))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rank 0 needs about * file descriptors for 2000 clients*"
+                                 "RLIMIT_NOFILE is 512*"])
+
+
+@pytest.mark.slow
+def test_a_hung_store_test_is_killed_and_leaves_nothing(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+        from pytest_distbench.families.store.harness import StoreConfig, simulated_store
+
+        @pytest.mark.distbench(timeout="8s")
+        def test_hangs_inside_the_store(distbench, tcp_store):
+            config = StoreConfig(rounds=1, timeout_s=60)
+            with simulated_store(distbench, tcp_store, 20, "libuv", config) as sim:
+                if sim.server is not None:
+                    print(f"PORT={sim.server.port}", flush=True)
+                time.sleep(600)
+        """
+    )
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timed out after 8 s*"])
+    # distbench_run's leak check: no rank process left; and the server's port is closed.
+    text = result.stdout.str()
+    assert "PORT=" in text, text
+    port = int(text.split("PORT=")[1].split()[0])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "the killed server's port still answers"
