@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,13 +112,13 @@ class ABMode:
         return merged
 
     def _baseline_task(self, task: Any) -> Any:
-        if self.interpreter is None:
+        if self.interpreter is None or self._server is None:
             return task
-        # The controller's own installation must not shadow the baseline's: keep the test's
-        # directories, drop the controller interpreter's prefixes (its site-packages).
-        prefixes = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
-        kept = tuple(p for p in task.sys_path if p and not p.startswith(prefixes))
-        return dataclasses.replace(task, sys_path=kept)
+        # Already on the rank's path, in the order that lets the baseline's own installation
+        # win over anything of the controller's.
+        return dataclasses.replace(
+            task, sys_path=tuple(self._server.rank_sys_path(list(task.sys_path)))
+        )
 
     def _run_variant(self, session: DistbenchSession, item: pytest.Function, settings: Settings,
                      key: WorldKey, variant: str, task: Any) -> list[dict[str, Any]]:

@@ -14,12 +14,15 @@ own, and a context whose processes are launched through it.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,17 +32,37 @@ from multiprocessing import forkserver, popen_forkserver, process, spawn, util
 from pathlib import Path
 from typing import Any
 
-# The directory that holds the pytest_distbench package (what PYTHONPATH needs for a baseline
-# interpreter that does not have this package installed).
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CHECK_TIMEOUT_S = 120.0
+_shim: list[str] = []
+
+
+def package_shim() -> str:
+    """A directory holding only a link to this pytest_distbench package.
+
+    The package's own parent directory will not do: for an installed plugin that is the
+    candidate's site-packages, and putting it on the baseline's path would hand the baseline
+    the candidate's torch."""
+    if not _shim:
+        shim = tempfile.mkdtemp(prefix="distbench-shim-")
+        os.symlink(PACKAGE_DIR, os.path.join(shim, "pytest_distbench"))
+        atexit.register(shutil.rmtree, shim, True)
+        _shim.append(shim)
+    return _shim[0]
+
+
+def own_paths(controller_path: list[str]) -> list[str]:
+    """The controller's sys.path without its interpreter's installation (the test's
+    directories, the rootdir, what the user added)."""
+    prefixes = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    return [p for p in controller_path if p and not p.startswith(prefixes)]
 
 _CHECK = """
 import json, sys
 import torch, pytest
 import pytest_distbench.harness.rank
 print(json.dumps({"version": list(sys.version_info[:2]), "torch": torch.__version__,
-                  "sys_path": [p for p in sys.path if isinstance(p, str)],
+                  "sys_path": [p for p in sys.path if isinstance(p, str) and p],
                   "executable": sys.executable}))
 """
 
@@ -106,7 +129,7 @@ def interpreter_environment(overrides: Mapping[str, str] | None = None) -> dict[
     """os.environ with the overrides, and this package's directory first on PYTHONPATH."""
     env = dict(os.environ)
     env.update(overrides or {})
-    parts = [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [package_shim()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
 
@@ -154,10 +177,13 @@ class VariantServer:
 
     def rank_sys_path(self, controller_path: list[str]) -> list[str]:
         """Where a rank of this variant imports from: its own interpreter's path (this
-        package first), or the controller's when only the environment differs."""
+        package first, the test's directories last, so the baseline's installed packages win),
+        or the controller's when only the environment differs."""
         if self.interpreter is None:
-            return controller_path
-        return list(dict.fromkeys([PACKAGE_ROOT, *self.interpreter.sys_path]))
+            return list(controller_path)
+        return list(dict.fromkeys(
+            [package_shim(), *self.interpreter.sys_path, *own_paths(controller_path)]
+        ))
 
     def stop(self) -> None:
         """Stop the server and, through their parent-death signal, any rank it forked.
