@@ -66,7 +66,7 @@ def parse_rounds(text: str | None) -> int:
     return rounds
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # a bad option must stop the run before anything else starts
 def pytest_configure(config: pytest.Config) -> None:
     env_text = config.getoption("distbench_baseline_env")
     python = config.getoption("distbench_baseline_python")
@@ -102,9 +102,15 @@ def pytest_configure(config: pytest.Config) -> None:
             facts = check_interpreter(python, env)
         except BaselinePythonError as exc:
             raise pytest.UsageError(f"--distbench-baseline-python: {exc}") from None
-    mode = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
-    mode.start()
-    config.stash[AB_KEY] = mode
+    config.stash[AB_KEY] = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the baseline's forkserver once every option is known good, so its imports
+    overlap collection."""
+    mode = session.config.stash.get(AB_KEY, None)
+    if mode is not None:
+        mode.start()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

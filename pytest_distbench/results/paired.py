@@ -59,7 +59,11 @@ def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[fl
     for b, c in zip(baseline, candidate, strict=True):
         if not (b > 0 and c > 0 and math.isfinite(b) and math.isfinite(c)):
             raise ValueError(f"round times must be finite and positive, got {b!r} and {c!r}")
-    return [math.log(c / b) for b, c in zip(baseline, candidate, strict=True)]
+    # A difference of logs is exactly antisymmetric (swapping the variants negates it); the
+    # rounding (far below any timer's resolution) keeps equal times at exactly 0 after a
+    # common scaling, so ties and zeros do not depend on the unit.
+    return [round(math.log(c) - math.log(b), 12) for b, c in zip(baseline, candidate,
+                                                                strict=True)]
 
 
 def robust_sd(values: Sequence[float]) -> float:
