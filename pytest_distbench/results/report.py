@@ -79,7 +79,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
     if fmt == "csv":
         headers = [
             "benchmark", "family", "size", f"baseline {metric} (us)", f"current {metric} (us)",
-            "change %", "p-value", "detectable %", "verdict", "id",
+            "change %", "p-value", "verdict", "id", "detectable %",
         ]  # fmt: skip
         rows = [
             [
@@ -90,9 +90,9 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
                 _raw_us(v.current_value),
                 _raw_pct(v.metric_change),
                 _raw(v.p_value),
-                _raw_pct(v.detectable),
                 v.kind,
                 v.id,
+                _raw_pct(v.detectable),
             ]
             for v in comparison.verdicts
         ]
