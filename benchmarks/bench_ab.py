@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,14 +48,17 @@ def test_work(distbench, trial):
     distbench.measure(work, nbytes=1024 * CALLS, family="work")
 """
 
-TINY = ["--world-size=2", "--distbench-budget=0.05s", "--distbench-min-iterations=10",
-        "--distbench-warmup=2"]
+TINY = ["--world-size=2", "--distbench-warmup=2"]
+
+
+BUDGET: list = ["0.05s", 10]
 
 
 def session(tmp: Path, out: Path, slow: bool, extra: list[str]) -> float:
     began = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench", *TINY,
+         f"--distbench-budget={BUDGET[0]}", f"--distbench-min-iterations={BUDGET[1]}",
          f"--distbench-json={out}", *extra, "test_work.py"],
         cwd=tmp, capture_output=True, text=True, timeout=3600,
         env={**os.environ, "DISTBENCH_SLOWDOWN": "1" if slow else "0"},
@@ -86,7 +90,13 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=5)
     parser.add_argument("--threshold", type=float, default=verdict.DEFAULT_THRESHOLD)
     parser.add_argument("--skip-ab", action="store_true")
+    parser.add_argument("--skip-history", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy the results files here (for analysis)")
+    parser.add_argument("--budget", default="0.05s")
+    parser.add_argument("--min-iterations", type=int, default=10)
     args = parser.parse_args()
+    BUDGET[:] = [args.budget, args.min_iterations]
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -115,6 +125,10 @@ def main() -> None:
                                        "detectable_median": det,
                                        "wall_per_benchmark_s": per_round * r}
 
+        if args.skip_history:
+            keep(tmp, args.keep)
+            print(json.dumps(results))
+            return
         print(f"\nstored baselines: {args.history} runs, then one A/A and one slowed run",
               flush=True)
         runs = []
@@ -141,7 +155,15 @@ def main() -> None:
                       f"p50 change median {changes[n // 2] * 100:+.1f} % "
                       f"[{changes[0] * 100:+.1f} .. {changes[-1] * 100:+.1f}]", flush=True)
                 results[f"{label} {name}"] = flagged / n
+        keep(tmp, args.keep)
     print(json.dumps(results))
+
+
+def keep(tmp: Path, where: Path | None) -> None:
+    if where is not None:
+        where.mkdir(parents=True, exist_ok=True)
+        for path in tmp.glob("*.json"):
+            shutil.copy(path, where / path.name)
 
 
 def statistics_wall(doc: dict, rounds: int) -> float:

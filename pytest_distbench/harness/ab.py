@@ -25,6 +25,8 @@ from .world import _PRELOAD, VARIANT_CONTEXTS, WorldKey, WorldStartError, prefix
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 DEFAULT_ROUNDS = 10
+# Which statistic of a round's samples stands for the round in the paired test.
+ROUND_STATISTIC = "p50"
 
 
 @dataclass
@@ -96,14 +98,18 @@ class ABMode:
                   for i in range(len(runs[CANDIDATE][0]))]
         failures = []
         for i, record in enumerate(merged):
-            base_p50s = [rnd[i]["summary"]["p50"] for rnd in runs[BASELINE]]
-            cand_p50s = [rnd[i]["summary"]["p50"] for rnd in runs[CANDIDATE]]
+            base_rounds = [rnd[i]["summary"] for rnd in runs[BASELINE]]
+            cand_rounds = [rnd[i]["summary"] for rnd in runs[CANDIDATE]]
+            base_p50s = [s[ROUND_STATISTIC] for s in base_rounds]
+            cand_p50s = [s[ROUND_STATISTIC] for s in cand_rounds]
             verdict = paired.judge_paired(base_p50s, cand_p50s, settings.threshold)
             outcome = ABOutcome(record["id"], record["name"], record["family"],
                                 record.get("nbytes"), base_p50s, cand_p50s, verdict,
                                 wall / max(len(merged), 1))
             self.outcomes.append(outcome)
             record["ab"] = ab_field(outcome, self.description)
+            record["ab"]["baseline_rounds"] = base_rounds
+            record["ab"]["candidate_rounds"] = cand_rounds
             if verdict.kind == "regression":
                 failures.append(failure_message(outcome, self.description))
         session.records.extend(merged)

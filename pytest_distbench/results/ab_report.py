@@ -28,7 +28,7 @@ def _bound(value: float) -> str:
 
 def verdict_cell(kind: str, gateable: bool) -> str:
     # A regression was seen whatever the noise; a pass that could not have seen one is no pass.
-    return kind if gateable or kind == "regression" else f"{kind}, NOT GATEABLE"
+    return kind if gateable or kind == "regression" else f"{kind}, not gateable"
 
 
 def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
@@ -64,7 +64,7 @@ def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
         f"regression = one-sided Wilcoxon signed-rank p < {DEFAULT_ALPHA:g} on the per-round "
         f"log p50 ratios AND the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-"
         "Lehmann) above 1 + threshold; detectable = smallest slowdown these rounds tell from "
-        f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; NOT GATEABLE = "
+        f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; not gateable = "
         "detectable > threshold (more rounds or a larger budget would help)",
     ]
     return "\n".join(lines) + "\n"
