@@ -102,7 +102,10 @@ class ABMode:
             cand_rounds = [rnd[i]["summary"] for rnd in runs[CANDIDATE]]
             base_p50s = [s[ROUND_STATISTIC] for s in base_rounds]
             cand_p50s = [s[ROUND_STATISTIC] for s in cand_rounds]
-            verdict = paired.judge_paired(base_p50s, cand_p50s, settings.threshold)
+            try:
+                verdict = paired.judge_paired(base_p50s, cand_p50s, settings.threshold)
+            except ValueError as exc:  # e.g. a p50 of 0: a clock too coarse for the body
+                pytest.fail(f"A/B: cannot compare {record['name']}: {exc}", pytrace=False)
             outcome = ABOutcome(record["id"], record["name"], record["family"],
                                 record.get("nbytes"), base_p50s, cand_p50s, verdict,
                                 wall / max(len(merged), 1))
