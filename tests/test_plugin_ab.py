@@ -158,3 +158,12 @@ def test_append_builds_a_history_the_comparison_learns_from(bench, distbench_run
         "*test_work*z *",
     ])
     assert os.path.exists(path)
+
+
+def test_help_lists_the_ab_and_history_options(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines(["*--distbench-threshold=VALUE*", "*e.g. 5%*",
+                                 "*--distbench-baseline-env=K=V ...*",
+                                 "*--distbench-baseline-python=PATH*",
+                                 "*--distbench-rounds=N*", "*--distbench-append*"])
