@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
-import os
 import stat
 import sys
 
 import pytest
+
+from pytest_distbench.results import history, storage
 
 # A busy wait of 2 ms, made (1 + SLOW) times longer by an environment variable: a real
 # slowdown of the body. Each rank notes which variant it is (its environment, its pid, the
@@ -138,26 +140,41 @@ def test_bad_ab_options_are_usage_errors_before_any_rank(bench, distbench_run, t
     assert not (bench.path / "notes.txt").exists()
 
 
-def test_append_builds_a_history_the_comparison_learns_from(bench, distbench_run):
+def test_append_adds_runs_and_one_run_says_its_noise_is_unknown(bench, distbench_run):
     path = bench.path / "baselines" / "main.json"
     distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=1)
-    single = distbench_run("--distbench", "--distbench-compare=main")
-    single.stdout.fnmatch_lines(["*1 stored run(s): run-to-run noise unknown*",
-                                 "*detectable*", "*run-to-run noise unknown*"])
-    for runs in (2, 3):
-        result = distbench_run("--distbench", "--distbench-save=main", "--distbench-append")
-        result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines([f"*appended this run to baseline {path} ({runs} run(s)*"])
+    result = distbench_run("--distbench", "--distbench-save=main", "--distbench-append")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*appended this run to baseline {path} (2 run(s)*"])
     doc = json.loads(path.read_text())
-    assert doc["distbench"]["schema_version"] == 1 and len(doc["distbench"]["history"]) == 2
+    assert doc["distbench"]["schema_version"] == 1 and len(doc["distbench"]["history"]) == 1
+    # Two runs are not enough to learn a spread: the single-run verdict, and it says so.
+    single = distbench_run("--distbench", "--distbench-compare=main")
+    single.stdout.fnmatch_lines(["*2 stored run(s): run-to-run noise unknown*",
+                                 "*change %*p-value*detectable*verdict*",
+                                 "*run-to-run noise unknown*"])
+
+
+def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbench_run):
+    first = bench.path / "first.json"
+    distbench_run("--distbench", f"--distbench-json={first}").assert_outcomes(passed=1)
+    # Two earlier runs of the same benchmark, 2 % either side of the real one.
+    real = storage.read_document(first)
+    stored = None
+    for factor in (1.02, 0.98, 1.0):
+        run = copy.deepcopy(real)
+        for bench_entry in run["benchmarks"]:
+            bench_entry["distbench"]["summary"]["p50"] *= factor
+        stored = history.with_history(run, stored)
+    path = bench.path / "baselines" / "main.json"
+    storage.write_document(stored, path, overwrite=False)
     learned = distbench_run("--distbench", "--distbench-compare=main")
-    learned.assert_outcomes(passed=1)
     learned.stdout.fnmatch_lines([
         "*3 stored runs: verdicts judge each p50 against its learned run-to-run spread*",
         "*change %*p-value*detectable*verdict*",
-        "*test_work*z *",
+        "test_work*z *",
+        "*robust z of log p50 against the stored runs' spread*",
     ])
-    assert os.path.exists(path)
 
 
 def test_help_lists_the_ab_and_history_options(pytester):
