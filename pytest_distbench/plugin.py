@@ -22,6 +22,8 @@ REQUESTED_KEY = pytest.StashKey[list[int]]()
 SKIP_REASON = "distbench benchmark: run with --distbench"
 WORLD_SIZE_ARG = "distbench_world_size"
 BACKEND_ARG = "distbench_backend"
+# A/B mode and baseline history (options, checks, their summary) live in their own plugin module.
+pytest_plugins = ["pytest_distbench.gating"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,7 +98,8 @@ def _configure_baselines(config: pytest.Config) -> None:
             path = storage.resolve_baseline(save, baseline_dir)
         except ValueError as exc:
             raise pytest.UsageError(f"--distbench-save: {exc}") from None
-        if path.exists() and not config.getoption("distbench_overwrite"):
+        if (path.exists() and not config.getoption("distbench_overwrite")
+                and not config.getoption("distbench_append")):
             raise pytest.UsageError(
                 f"--distbench-save: baseline {path} already exists; pass --distbench-overwrite "
                 "to replace it"
@@ -134,7 +137,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
-        lines.append(f"distbench: comparing against {gate.path}")
+        lines.append(f"distbench: comparing against {gate.path}; {gate.noise_note}")
     return lines + config.stash.get(WARNINGS_KEY, [])
 
 
@@ -334,6 +337,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     reason = None if session.external else _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
+    from .gating import AB_KEY
+
+    ab_mode = pyfuncitem.config.stash.get(AB_KEY, None)
+    if ab_mode is not None:  # A/B rounds; each regression fails inside
+        ab_mode.run_item(session, pyfuncitem, resolved, key)
+        return True
     records = session.run_item(pyfuncitem, resolved, key,
                                fresh_world_after=uses_rpc(pyfuncitem))
     requested = pyfuncitem.stash.get(REQUESTED_KEY, None)
@@ -445,7 +454,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if json_path:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
     save_path = config.stash.get(SAVE_PATH_KEY, None)
-    if save_path is not None:
+    if save_path is not None and config.getoption("distbench_append"):
+        from .results.history import append_run
+
+        distbench.notes.append(append_run(document, save_path))
+    elif save_path is not None:
         _write(distbench, document, save_path, overwrite=config.getoption("distbench_overwrite"),
                what="baseline")
     gate = config.stash.get(GATE_KEY, None)

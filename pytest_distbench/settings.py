@@ -147,7 +147,8 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
     for s in SETTINGS:
         group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
-                        help=f"{s.help} (default: {s.default}; ini: {s.ini})")
+                        # argparse %-formats help texts: "10%" must reach it as "10%%".
+                        help=f"{s.help} (default: {s.default}; ini: {s.ini})".replace("%", "%%"))
         parser.addini(s.ini, help=s.help, default=None)
     group.addoption("--distbench-launcher", dest="distbench_launcher", default=None,
                     metavar="MODE", help="auto: run as one rank of the world torchrun, srun or "

@@ -144,6 +144,7 @@ def test_csv_output(runs):
         "p-value",
         "verdict",
         "id",
+        "detectable %",
     ]
     by_name = {row["benchmark"]: row for row in rows}
     assert set(by_name) == set(NAMES.values())

@@ -46,9 +46,16 @@ class WorldKey:
     backend: str
     device_type: str
     bind: str = "none"
+    # A/B mode: "baseline" or "candidate", so the two variants never share ranks ("" otherwise).
+    variant: str = ""
 
     def __str__(self) -> str:
-        return f"{self.backend} ws{self.world_size} {self.device_type}"
+        suffix = f" {self.variant}" if self.variant else ""
+        return f"{self.backend} ws{self.world_size} {self.device_type}{suffix}"
+
+
+# A/B mode registers a context per variant whose ranks come from another forkserver.
+VARIANT_CONTEXTS: dict[str, multiprocessing.context.BaseContext] = {}
 
 
 def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
@@ -127,7 +134,7 @@ class World:
 
     def start(self, start_timeout_s: float) -> None:
         began = time.perf_counter()
-        ctx = forkserver_context()
+        ctx = VARIANT_CONTEXTS.get(self.key.variant) or forkserver_context()
         for r in range(self.key.world_size):
             spec = RankSpec(
                 rank=r,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import storage, verdict
+from . import history, storage, verdict
 
 
 class Gate:
@@ -21,6 +21,7 @@ class Gate:
         self.document = document
         self.baseline = storage.records(document)
         self.strict = strict
+        self.runs = history.p50_runs(document, path)  # oldest first; the file's run last
 
     @classmethod
     def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
@@ -30,6 +31,7 @@ class Gate:
             raise pytest.UsageError(f"--distbench-compare: {exc}") from None
         try:
             document = storage.read_document(path)
+            history.history_of(document, path)
         except storage.ResultsFileError as exc:
             raise pytest.UsageError(f"--distbench-compare: {exc}") from None
         return cls(path, document, strict)
@@ -48,9 +50,27 @@ class Gate:
         base = self.baseline.get(record["id"])
         if base is None:
             return None
-        return verdict.judge_records(base, record, threshold)
+        stored = [run[record["id"]] for run in self.runs if record["id"] in run]
+        return verdict.judge_records(base, record, threshold, stored_p50s=stored)
+
+    @property
+    def noise_note(self) -> str:
+        """What the verdicts know about run-to-run noise, for the header."""
+        if len(self.runs) >= history.MIN_RUNS:
+            return (f"{len(self.runs)} stored runs: verdicts judge each p50 against its learned "
+                    "run-to-run spread")
+        return (f"{len(self.runs)} stored run(s): run-to-run noise unknown (append runs with "
+                f"--distbench-append; {history.MIN_RUNS} or more teach the gate each benchmark's "
+                "spread)")
 
     def failure_message(self, v: verdict.Verdict, current_samples: int) -> str:
+        if v.z is not None:
+            return (
+                f"performance regression against {self.path}: p50 {v.current_p50 * 1e6:.1f} us "
+                f"is {v.change * 100:+.1f} % from the median of {len(self.runs)} stored runs "
+                f"(threshold {v.threshold * 100:g} %); robust z = {v.z:.1f} against their "
+                "run-to-run spread"
+            )
         baseline_samples = len(self.baseline[v.id]["samples"])
         return (
             f"performance regression against {self.path}: p50 {v.baseline_p50 * 1e6:.1f} us -> "

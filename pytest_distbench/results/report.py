@@ -53,9 +53,17 @@ def summary_line(comparison: Comparison) -> str:
 def rule_line(comparison: Comparison) -> str:
     """How verdicts were reached, so a reader of a CI summary can tell noise from a finding."""
     shown = "" if comparison.metric == "p50" else f"; change % shows {comparison.metric}"
+    history = any(v.z is not None for v in comparison.verdicts)
+    test = (f"robust z of log p50 against the stored runs' spread beyond the t quantile at "
+            f"{comparison.alpha:g}" if history else
+            f"one-sided Mann-Whitney U p < {comparison.alpha:g}")
     return (
         f"regression = p50 slower by more than {comparison.threshold * 100:g}% (unless overridden"
-        f" per benchmark) and one-sided Mann-Whitney U p < {comparison.alpha:g}{shown}"
+        f" per benchmark) and {test}{shown}; detectable = smallest slowdown told from noise "
+        f"at {comparison.alpha:g} with 95% power ("
+        + ("run-to-run spread of the stored runs" if history else
+           ">= : from the spread inside the two runs; run-to-run noise unknown with one stored "
+           "run") + "); not gateable = detectable above the threshold"
     )
 
 
@@ -71,7 +79,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
     if fmt == "csv":
         headers = [
             "benchmark", "family", "size", f"baseline {metric} (us)", f"current {metric} (us)",
-            "change %", "p-value", "verdict", "id",
+            "change %", "p-value", "verdict", "id", "detectable %",
         ]  # fmt: skip
         rows = [
             [
@@ -84,6 +92,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
                 _raw(v.p_value),
                 v.kind,
                 v.id,
+                _raw_pct(v.detectable),
             ]
             for v in comparison.verdicts
         ]
@@ -91,9 +100,9 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
 
     headers = [
         "benchmark", "family", "size", f"baseline {metric} (us)", f"current {metric} (us)",
-        "change %", "p-value", "verdict",
+        "change %", "p-value", "detectable", "verdict",
     ]  # fmt: skip
-    align = ["left", "left", "right", "right", "right", "right", "right", "left"]
+    align = ["left", "left", "right", "right", "right", "right", "right", "right", "left"]
     markdown = fmt == "markdown"
     rows = [
         [
@@ -103,7 +112,8 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
             _us(v.baseline_value),
             _us(v.current_value),
             _pct(v.metric_change),
-            _p(v.p_value),
+            _p(v.p_value) if v.z is None else f"z {v.z:.1f}",
+            _detectable(v),
             _verdict_cell(v, markdown),
         ]
         for v in comparison.verdicts
@@ -146,6 +156,10 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "baseline_s": _finite(v.baseline_value),
         "current_s": _finite(v.current_value),
         "metric_change": _finite(v.metric_change),
+        "detectable": _finite(v.detectable),
+        "gateable": v.gateable if v.detectable is not None else None,
+        "noise": v.noise,
+        "z": _finite(v.z),
     }
 
 
@@ -296,7 +310,18 @@ def _markdown_summary(comparison: Comparison) -> str:
 def _verdict_cell(v: Verdict, markdown: bool) -> str:
     if markdown and v.kind == "regression":
         return "**regression**"
+    if v.kind in ("unchanged", "improvement") and v.detectable is not None and not v.gateable:
+        # It passed, but it could not have seen a slowdown of the threshold's size.
+        return f"{v.kind}, not gateable"
     return v.kind
+
+
+def _detectable(v: Verdict) -> str:
+    if v.detectable is None:
+        return ""
+    text = "inf" if math.isinf(v.detectable) else f"{v.detectable * 100:.1f}%"
+    # A single stored run only shows the noise inside the runs: a floor.
+    return f">={text}" if v.z is None else text
 
 
 def _text(value: Any, markdown: bool) -> str:

@@ -56,6 +56,16 @@ class Verdict:
     baseline_value: float | None = None
     current_value: float | None = None
     metric_change: float | None = None
+    # The smallest slowdown (fraction) this comparison tells from noise at its error rates, and
+    # what noise that was measured from; a benchmark that cannot see its threshold is not
+    # gateable (docs/gating.md).
+    detectable: float | None = None
+    noise: str = ""
+    z: float | None = None  # robust z against a stored history (None: single-run verdict)
+
+    @property
+    def gateable(self) -> bool:
+        return self.detectable is not None and self.detectable <= self.threshold
 
 
 @dataclass(frozen=True)
@@ -191,6 +201,24 @@ def _one_sided_p_values(base: list[float], cur: list[float]) -> tuple[float, flo
     return p_x_greater, p_x_less
 
 
+def within_run_detectable(
+    baseline_samples: Sequence[float], current_samples: Sequence[float],
+    alpha: float = DEFAULT_ALPHA,
+) -> float:
+    """Smallest slowdown the batch-median rank test tells from the spread seen INSIDE the two
+    runs. Run-to-run noise is invisible to one run per side, so this is a floor, not a promise."""
+    from .paired import SIGNED_RANK_EFFICIENCY, detectable_change, robust_sd
+
+    sides = []
+    for samples in (baseline_samples, current_samples):
+        medians = [m for m in batch_medians(list(samples)) if m > 0]
+        if len(medians) < 2:
+            return math.inf
+        logs = [math.log(m) for m in medians]
+        sides.append(robust_sd(logs) ** 2 / len(logs))
+    return detectable_change(math.sqrt(sum(sides) / SIGNED_RANK_EFFICIENCY), alpha)
+
+
 def judge_records(
     base: dict[str, Any],
     cur: dict[str, Any],
@@ -198,19 +226,39 @@ def judge_records(
     *,
     metric: str = "p50",
     alpha: float = DEFAULT_ALPHA,
+    stored_p50s: Sequence[float] = (),
 ) -> Verdict:
-    """The verdict for one benchmark present in both runs (validated records)."""
-    kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
+    """The verdict for one benchmark present in both runs (validated records).
+
+    With stored_p50s from at least history.MIN_RUNS runs the verdict is judged against their
+    run-to-run spread (history.judge_history); otherwise from the two runs' samples alone.
+    """
+    from .history import MIN_RUNS, judge_history
+
+    z = None
+    cur_p50 = _median(cur["samples"])
+    usable = [p for p in stored_p50s if p > 0]
+    if len(usable) >= MIN_RUNS and cur_p50 > 0:
+        h = judge_history(usable, cur_p50, threshold, alpha=alpha)
+        kind, change, p_value, z = h.kind, h.change, None, h.z
+        detectable, noise = h.detectable, f"run-to-run, {h.runs} runs"
+    else:
+        kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
+        detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
+        noise = "within-run only: run-to-run noise unknown (1 stored run)"
     base_value = base["summary"][metric]
     cur_value = cur["summary"][metric]
     return Verdict(
         id=cur["id"],
         kind=kind,
         baseline_p50=_median(base["samples"]),
-        current_p50=_median(cur["samples"]),
+        current_p50=cur_p50,
         change=change,
         p_value=p_value,
         threshold=threshold,
+        detectable=detectable,
+        noise=noise,
+        z=z,
         name=cur["name"],
         family=cur["family"],
         nbytes=cur.get("nbytes"),
@@ -240,8 +288,11 @@ def compare_documents(
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     if not (math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
+    from .history import p50_runs
+
     base_records = records(baseline_doc)
     cur_records = records(current_doc)
+    runs = p50_runs(baseline_doc)
 
     verdicts: list[Verdict] = []
     for benchmark_id, cur in cur_records.items():
@@ -250,7 +301,10 @@ def compare_documents(
         if base is None:
             verdicts.append(_one_sided(benchmark_id, "new", cur, limit, metric, current=True))
             continue
-        verdicts.append(judge_records(base, cur, limit, metric=metric, alpha=alpha))
+        stored = [run[benchmark_id] for run in runs if benchmark_id in run]
+        verdicts.append(
+            judge_records(base, cur, limit, metric=metric, alpha=alpha, stored_p50s=stored)
+        )
     for benchmark_id, base in base_records.items():
         if benchmark_id not in cur_records:
             limit = _threshold_for(None, base, threshold)

@@ -1,0 +1,225 @@
+"""A/B mode: every benchmark measured in R rounds, baseline and candidate back to back.
+
+Round r runs the test once in the baseline's world and once in the candidate's, in the order
+AB, BA, AB, BA... (ABBA: each side goes first equally often, so "second in the round" cannot
+favour one of them). The two variants have worlds of their own (the world key carries the
+variant) and the baseline's ranks come from their own forkserver (harness/variants.py), started
+with the baseline's environment overrides or interpreter. The verdict is paired
+(results/paired.py): each round's p50 ratio cancels what the machine did during that round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ..results import paired, stats
+from ..settings import Settings
+from .session import DistbenchSession, _raise_for_problems, _task_for, build_records
+from .variants import InterpreterFacts, VariantServer
+from .world import _PRELOAD, VARIANT_CONTEXTS, WorldKey, WorldStartError, prefix_output
+
+BASELINE, CANDIDATE = "baseline", "candidate"
+DEFAULT_ROUNDS = 10
+# Which statistic of a round's samples stands for the round in the paired test.
+ROUND_STATISTIC = "p50"
+
+
+@dataclass
+class ABOutcome:
+    """One benchmark (record id) judged from its rounds."""
+
+    id: str
+    name: str
+    family: str
+    nbytes: int | None
+    baseline_p50s: list[float]
+    candidate_p50s: list[float]
+    verdict: paired.PairedVerdict
+    wall_s: float
+
+
+@dataclass
+class ABMode:
+    rounds: int
+    env_overrides: dict[str, str]
+    interpreter: InterpreterFacts | None
+    outcomes: list[ABOutcome] = field(default_factory=list)
+    _server: VariantServer | None = None
+
+    @property
+    def description(self) -> str:
+        parts = []
+        if self.env_overrides:
+            parts.append("environment " + " ".join(f"{k}={v}" for k, v in
+                                                   self.env_overrides.items()))
+        if self.interpreter is not None:
+            parts.append(f"python {self.interpreter.executable} (torch "
+                         f"{self.interpreter.torch})")
+        return ", ".join(parts)
+
+    def start(self) -> None:
+        """Start the baseline's forkserver now, so its imports overlap collection."""
+        self._server = VariantServer(
+            preload=list(_PRELOAD), env_overrides=dict(self.env_overrides),
+            interpreter=self.interpreter,
+        )
+        VARIANT_CONTEXTS[BASELINE] = self._server.context(BASELINE)
+        self._server.ensure_running()
+
+    def close(self) -> None:
+        VARIANT_CONTEXTS.pop(BASELINE, None)
+        if self._server is not None:
+            self._server.stop()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run_item(self, session: DistbenchSession, item: pytest.Function, settings: Settings,
+                 key: WorldKey) -> list[dict[str, Any]]:
+        """Run the rounds; record the candidate (rounds merged); fail on a regression."""
+        import time
+
+        began = time.perf_counter()
+        task = _task_for(item, settings)
+        tasks = {CANDIDATE: task, BASELINE: self._baseline_task(task)}
+        runs: dict[str, list[list[dict[str, Any]]]] = {BASELINE: [], CANDIDATE: []}
+        for r in range(self.rounds):
+            order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
+            for variant in order:
+                runs[variant].append(
+                    self._run_variant(session, item, settings, key, variant, tasks[variant])
+                )
+        wall = time.perf_counter() - began
+        merged = [merge_rounds([rnd[i] for rnd in runs[CANDIDATE]])
+                  for i in range(len(runs[CANDIDATE][0]))]
+        failures = []
+        for i, record in enumerate(merged):
+            base_rounds = [rnd[i]["summary"] for rnd in runs[BASELINE]]
+            cand_rounds = [rnd[i]["summary"] for rnd in runs[CANDIDATE]]
+            base_p50s = [s[ROUND_STATISTIC] for s in base_rounds]
+            cand_p50s = [s[ROUND_STATISTIC] for s in cand_rounds]
+            try:
+                verdict = paired.judge_paired(base_p50s, cand_p50s, settings.threshold)
+            except ValueError as exc:  # e.g. a p50 of 0: a clock too coarse for the body
+                pytest.fail(f"A/B: cannot compare {record['name']}: {exc}", pytrace=False)
+            outcome = ABOutcome(record["id"], record["name"], record["family"],
+                                record.get("nbytes"), base_p50s, cand_p50s, verdict,
+                                wall / max(len(merged), 1))
+            self.outcomes.append(outcome)
+            record["ab"] = ab_field(outcome, self.description)
+            record["ab"]["baseline_rounds"] = base_rounds
+            record["ab"]["candidate_rounds"] = cand_rounds
+            if verdict.kind == "regression":
+                failures.append(failure_message(outcome, self.description))
+        session.records.extend(merged)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        return merged
+
+    def _baseline_task(self, task: Any) -> Any:
+        if self.interpreter is None or self._server is None:
+            return task
+        # Already on the rank's path, in the order that lets the baseline's own installation
+        # win over anything of the controller's.
+        return dataclasses.replace(
+            task, sys_path=tuple(self._server.rank_sys_path(list(task.sys_path)))
+        )
+
+    def _run_variant(self, session: DistbenchSession, item: pytest.Function, settings: Settings,
+                     key: WorldKey, variant: str, task: Any) -> list[dict[str, Any]]:
+        vkey = dataclasses.replace(key, variant=variant)
+        try:
+            world = session.world(vkey, settings.timeout)
+        except WorldStartError as exc:
+            pytest.fail(f"could not start the {variant} world: {exc}", pytrace=False)
+        result = world.run(task, settings.timeout)
+        if not result.clean:
+            session.retire(world)
+        shown = prefix_output(result.output)
+        if shown:
+            item.add_report_section("call", f"{variant} ranks", shown)
+        try:
+            _raise_for_problems(result, settings.timeout)
+        except pytest.fail.Exception as exc:
+            pytest.fail(f"{variant} variant: {exc.msg}", pytrace=False)
+        statuses = {o.status for o in result.outcomes.values()}
+        if "skipped" in statuses:
+            reasons = sorted({o.message for o in result.outcomes.values() if o.message})
+            pytest.skip(f"{variant} variant: " + ("; ".join(reasons) or "skipped in a rank"))
+        records = build_records(item, vkey, result, settings)
+        wrong = sum(r["wrong"] or 0 for r in records)
+        if wrong:
+            pytest.fail(f"{variant} variant: {wrong} wrong element(s) in the checked result",
+                        pytrace=False)
+        return records
+
+
+def merge_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record of the same benchmark measured in several rounds: samples in time order."""
+    first = dict(records[0])
+    samples = [s for r in records for s in r["samples"]]
+    rank_samples = [
+        [s for r in records for s in r["rank_samples"][rank]]
+        for rank in range(len(first["rank_samples"]))
+    ]
+    summary = stats.summarize(samples)
+    algbw = (stats.algbw_gbps(first["nbytes"], summary.p50)
+             if first.get("nbytes") and summary.p50 > 0 else None)
+    first.update(
+        samples=samples,
+        rank_samples=rank_samples,
+        iterations=len(samples),
+        summary=summary.as_dict(),
+        algbw_gbps=algbw,
+        busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, first["busbw_factor"]),
+        skew=stats.rank_skew(rank_samples),
+        stalls=stats.stall_count(samples),
+        wrong=None if first.get("wrong") is None else sum(r["wrong"] or 0 for r in records),
+    )
+    return first
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def ab_field(outcome: ABOutcome, baseline: str) -> dict[str, Any]:
+    """The record's "ab" object (docs/results-schema.md)."""
+    v = outcome.verdict
+    return {
+        "baseline": baseline,
+        "rounds": v.rounds,
+        "baseline_p50_s": outcome.baseline_p50s,
+        "candidate_p50_s": outcome.candidate_p50s,
+        "ratio": v.ratio,
+        "ratio_low": _finite(v.ratio_low),
+        "ratio_high": _finite(v.ratio_high),
+        "p_value": v.p_value,
+        "verdict": v.kind,
+        "detectable": _finite(v.detectable),
+        "gateable": v.gateable,
+        "threshold": v.threshold,
+        "wall_s": outcome.wall_s,
+    }
+
+
+def failure_message(outcome: ABOutcome, baseline: str) -> str:
+    v = outcome.verdict
+    base = stats_median(outcome.baseline_p50s)
+    cand = stats_median(outcome.candidate_p50s)
+    return (
+        f"performance regression against the live baseline ({baseline}): p50 "
+        f"{base * 1e6:.1f} us -> {cand * 1e6:.1f} us over {v.rounds} interleaved rounds; "
+        f"ratio {v.ratio:.3f} (95 % CI {v.ratio_low:.3f}..{v.ratio_high:.3f}), threshold "
+        f"{v.threshold * 100:g} %; one-sided Wilcoxon signed-rank p = {v.p_value:.2g}"
+    )
+
+
+def stats_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

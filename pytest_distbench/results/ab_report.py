@@ -1,0 +1,70 @@
+"""The A/B comparison table printed at the end of an A/B session."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from .paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
+from .units import format_size
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _pct(fraction: float) -> str:
+    return "inf" if not math.isfinite(fraction) else f"{fraction * 100:.1f}%"
+
+
+def _bound(value: float) -> str:
+    return "inf" if not math.isfinite(value) else f"{value:.3f}"
+
+
+def verdict_cell(kind: str, gateable: bool) -> str:
+    # A regression was seen whatever the noise; a pass that could not have seen one is no pass.
+    return kind if gateable or kind == "regression" else f"{kind}, not gateable"
+
+
+def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
+    headers = ["benchmark", "size", "baseline p50 (us)", "candidate p50 (us)",
+               "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
+    rows = []
+    for o in outcomes:
+        v = o.verdict
+        rows.append([
+            o.name,
+            "-" if o.nbytes is None else format_size(o.nbytes),
+            f"{_median(o.baseline_p50s) * 1e6:,.2f}",
+            f"{_median(o.candidate_p50s) * 1e6:,.2f}",
+            f"{v.ratio:.3f} [{_bound(v.ratio_low)}, {_bound(v.ratio_high)}]",
+            f"{v.p_value:.2g}",
+            _pct(v.detectable),
+            str(v.rounds),
+            verdict_cell(v.kind, v.gateable),
+        ])
+    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
+                     colalign=("left", "right", "right", "right", "right", "right", "right",
+                               "right", "left"))
+    kinds = [o.verdict.kind for o in outcomes]
+    blind = sum(1 for o in outcomes if not o.verdict.gateable and o.verdict.kind != "regression")
+    threshold = outcomes[0].verdict.threshold if outcomes else 0.0
+    lines = [
+        f"baseline: {baseline}; candidate: this run as is",
+        table,
+        "",
+        f"{kinds.count('regression')} regressions, {kinds.count('improvement')} improvements, "
+        f"{kinds.count('unchanged')} unchanged; {blind} not gateable at "
+        f"{threshold * 100:g} %",
+        f"regression = one-sided Wilcoxon signed-rank p < {DEFAULT_ALPHA:g} on the per-round "
+        f"log p50 ratios AND the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-"
+        "Lehmann) above 1 + threshold; detectable = smallest slowdown these rounds tell from "
+        f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; not gateable = "
+        "detectable > threshold (more rounds or a larger budget would help)",
+    ]
+    return "\n".join(lines) + "\n"

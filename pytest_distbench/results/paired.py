@@ -1,0 +1,205 @@
+"""Paired statistics for A/B mode: one verdict from R rounds of (baseline, candidate) p50s.
+
+Each round measures the baseline and the candidate back to back, so whatever the machine did
+during that round (a slow spell, a noisy neighbour) hits both sides alike. The round's
+log ratio log(candidate p50 / baseline p50) cancels it; the verdict works on those R numbers:
+
+- a one-sided Wilcoxon signed-rank test (scipy) that the ratios lean towards "slower";
+- the Hodges-Lehmann estimate of the ratio (median of the Walsh averages of the log ratios)
+  with its distribution-free confidence interval (order statistics of the Walsh averages at the
+  signed-rank critical value), the classic companion of the signed-rank test;
+- a regression needs both: p < alpha AND the interval's lower bound above 1 + threshold.
+
+``detectable`` is the smallest slowdown that R rounds with the measured round-to-round spread
+tell from no change at false-alarm rate alpha with 95 % power (a minimum detectable effect).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_POWER = 0.95
+# MAD -> standard deviation for normal data.
+MAD_TO_SD = 1.4826
+# Asymptotic relative efficiency of the signed-rank test against the t test (normal data): it
+# needs pi/3 times as many pairs for the same power.
+SIGNED_RANK_EFFICIENCY = 3 / math.pi
+
+
+@dataclass(frozen=True)
+class PairedVerdict:
+    kind: str  # "regression", "improvement" or "unchanged"
+    ratio: float  # Hodges-Lehmann estimate of candidate / baseline
+    ratio_low: float  # confidence interval of the ratio
+    ratio_high: float
+    p_value: float  # one-sided, in the direction the estimate moved
+    detectable: float  # smallest detectable slowdown, a fraction (0.05 = 5 %)
+    rounds: int
+    threshold: float
+
+    @property
+    def gateable(self) -> bool:
+        """Whether a slowdown of the threshold's size is within what these rounds can see."""
+        return self.detectable <= self.threshold
+
+
+def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[float]:
+    """log(candidate / baseline) per round; both sides must be positive and paired."""
+    if len(baseline) != len(candidate):
+        raise ValueError(f"unpaired rounds: {len(baseline)} baseline vs {len(candidate)} candidate")
+    if not baseline:
+        raise ValueError("no rounds to compare")
+    for b, c in zip(baseline, candidate, strict=True):
+        if not (b > 0 and c > 0 and math.isfinite(b) and math.isfinite(c)):
+            raise ValueError(f"round times must be finite and positive, got {b!r} and {c!r}")
+    # A difference of logs is exactly antisymmetric (swapping the variants negates it); the
+    # rounding (far below any timer's resolution) keeps equal times at exactly 0 after a
+    # common scaling, so ties and zeros do not depend on the unit.
+    return [round(math.log(c) - math.log(b), 12) for b, c in zip(baseline, candidate,
+                                                                strict=True)]
+
+
+def robust_sd(values: Sequence[float]) -> float:
+    """1.4826 x median absolute deviation: a standard deviation that one wild round cannot
+    inflate."""
+    if not values:
+        return 0.0
+    centre = _median(values)
+    return MAD_TO_SD * _median([abs(v - centre) for v in values])
+
+
+def detectable_change(se_log: float, alpha: float = DEFAULT_ALPHA,
+                      power: float = DEFAULT_POWER) -> float:
+    """Smallest slowdown (fraction) distinguishable from none, given the standard error of the
+    log-ratio estimate: exp((z_(1-alpha) + z_power) x se) - 1."""
+    if not (se_log >= 0 and math.isfinite(se_log)):
+        return math.inf
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError("alpha and power must lie strictly between 0 and 1")
+    z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
+    return math.expm1(z * se_log)
+
+
+def paired_detectable(ratios: Sequence[float], alpha: float = DEFAULT_ALPHA,
+                      power: float = DEFAULT_POWER) -> float:
+    """detectable_change for the signed-rank test on these log ratios."""
+    n = len(ratios)
+    if n < 2:
+        return math.inf
+    se = robust_sd(ratios) / math.sqrt(n * SIGNED_RANK_EFFICIENCY)
+    # The exact test cannot reach alpha with too few rounds, whatever the spread.
+    if 0.5**n >= alpha:
+        return math.inf
+    return detectable_change(se, alpha, power)
+
+
+@lru_cache(maxsize=128)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(T+ <= t) for t = 0..n(n+1)/2 under the null (no ties): counts of subsets of 1..n."""
+    total = n * (n + 1) // 2
+    counts = [0] * (total + 1)
+    counts[0] = 1
+    for k in range(1, n + 1):
+        for t in range(total, k - 1, -1):
+            counts[t] += counts[t - k]
+    scale = 2.0**n
+    cdf, running = [], 0
+    for c in counts:
+        running += c
+        cdf.append(running / scale)
+    return tuple(cdf)
+
+
+def hodges_lehmann_interval(
+    ratios: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[float, float, float]:
+    """(estimate, low, high) of the centre of the log ratios, from their Walsh averages.
+
+    The interval is [W_(k), W_(M+1-k)] with M = n(n+1)/2 Walsh averages in order and k - 1 the
+    largest t with P(T+ <= t) <= (1 - confidence) / 2. With too few rounds for that confidence
+    the interval is the whole real line.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must lie strictly between 0 and 1")
+    n = len(ratios)
+    if n == 0:
+        raise ValueError("no rounds")
+    walsh = sorted(
+        ratios[i] + (ratios[j] - ratios[i]) / 2 for i in range(n) for j in range(i, n)
+    )
+    estimate = _median(walsh)
+    tail = (1 - confidence) / 2
+    if n > 60:  # the exact table grows as n^2; the normal approximation is good here
+        m = n * (n + 1) / 4
+        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+        k = max(0, math.floor(m - NormalDist().inv_cdf(1 - tail) * sd))
+    else:
+        cdf = _signed_rank_cdf(n)
+        k = 0
+        while k < len(cdf) and cdf[k] <= tail:
+            k += 1
+    if k == 0:
+        return estimate, -math.inf, math.inf
+    return estimate, walsh[k - 1], walsh[len(walsh) - k]
+
+
+def signed_rank_p_values(ratios: Sequence[float]) -> tuple[float, float]:
+    """(p that candidate is slower, p that it is faster): one-sided Wilcoxon signed-rank."""
+    from scipy.stats import wilcoxon  # lazy: scipy.stats takes ~2 s to import
+
+    if not any(r != 0 for r in ratios):
+        return 1.0, 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        slower = float(wilcoxon(ratios, alternative="greater").pvalue)
+        faster = float(wilcoxon(ratios, alternative="less").pvalue)
+    return (slower if math.isfinite(slower) else 1.0, faster if math.isfinite(faster) else 1.0)
+
+
+def judge_paired(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    threshold: float,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    confidence: float = DEFAULT_CONFIDENCE,
+    power: float = DEFAULT_POWER,
+) -> PairedVerdict:
+    """The verdict from per-round p50s of the two variants (seconds, lower is better)."""
+    if not (math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
+    ratios = log_ratios(baseline, candidate)
+    estimate, low, high = hodges_lehmann_interval(ratios, confidence)
+    p_slower, p_faster = signed_rank_p_values(ratios)
+    limit = math.log1p(threshold)
+    if p_slower < alpha and low > limit:
+        kind = "regression"
+    elif p_faster < alpha and high < -limit:
+        kind = "improvement"
+    else:
+        kind = "unchanged"
+    return PairedVerdict(
+        kind=kind,
+        ratio=math.exp(estimate),
+        ratio_low=math.exp(low) if math.isfinite(low) else 0.0,
+        ratio_high=math.exp(high) if math.isfinite(high) else math.inf,
+        p_value=p_slower if estimate >= 0 else p_faster,
+        detectable=paired_detectable(ratios, alpha, power),
+        rounds=len(ratios),
+        threshold=threshold,
+    )
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return ordered[mid - 1] + (ordered[mid] - ordered[mid - 1]) / 2

@@ -1,0 +1,95 @@
+"""Baselines with a history: appending runs, reading them back, and the learned-spread verdict."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from results_data import ENVIRONMENT, benchmark_record
+
+from pytest_distbench.results import history, storage, verdict
+
+
+def run_document(scale: float) -> dict:
+    samples = [0.001 * scale * (1 + 0.01 * (i % 7)) for i in range(40)]
+    return storage.make_document([benchmark_record(1024, samples)], ENVIRONMENT, ["pytest"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(min_value=1, max_value=25), st.integers(min_value=1, max_value=12))
+def test_append_keeps_the_last_runs_oldest_first(runs, keep):
+    stored = None
+    for i in range(runs):
+        stored = history.with_history(run_document(1 + i), stored, keep)
+    p50s = [next(iter(run.values())) for run in history.p50_runs(stored)]
+    assert len(p50s) == min(runs, keep)
+    # Oldest first, the file's own run last: the scales we wrote, in order.
+    expected = [0.001 * (1 + i) * 1.03 for i in range(runs)][-len(p50s):]
+    assert p50s == pytest.approx(expected, rel=0.02)
+
+
+def test_append_run_is_atomic_valid_and_stays_schema_1(tmp_path):
+    path = tmp_path / "main.json"
+    for i in range(12):
+        note = history.append_run(run_document(1 + i * 0.01), path)
+    assert "10 run(s) kept" in note
+    doc = storage.read_document(path)  # validates
+    assert doc["distbench"]["schema_version"] == 1
+    assert len(doc["distbench"]["history"]) == 9
+    assert not list(tmp_path.glob(".*.tmp"))
+    # A file written before history existed (plain v1) reads as one run.
+    plain = run_document(1.0)
+    assert len(history.p50_runs(plain)) == 1
+
+
+def test_a_damaged_history_names_the_field(tmp_path):
+    doc = history.with_history(run_document(1.0), run_document(1.1))
+    doc["distbench"]["history"][0]["p50_s"] = {"x": "fast"}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(storage.ResultsFileError, match=r"distbench\.history\[0\]\.p50_s"):
+        history.history_of(storage.read_document(path), path)
+    note = history.append_run(run_document(1.0), path)
+    assert "could not append" in note and "history[0]" in note
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=1e-4, max_value=1.0), min_size=3, max_size=10),
+       st.floats(min_value=0.0, max_value=1.0))
+def test_history_verdict_is_scale_free_and_needs_the_threshold(stored, threshold):
+    # A 50 % change exactly at a 50 % threshold is a coin toss of rounding, not a property.
+    assume(abs(math.log(1.5) - math.log1p(threshold)) > 1e-9)
+    median = math.exp(statistics.median(math.log(s) for s in stored))  # the verdict's centre
+    v = history.judge_history(stored, median * (1 + threshold) * 0.999, threshold)
+    # Within the threshold of the stored centre is never a regression, however tight the spread.
+    assert v.kind != "regression"
+    scaled = history.judge_history([s * 7 for s in stored], median * 7 * 1.5, threshold)
+    plain = history.judge_history(stored, median * 1.5, threshold)
+    assert scaled.kind == plain.kind
+    assert scaled.detectable == pytest.approx(plain.detectable, rel=1e-6)
+
+
+def test_history_verdict_against_a_quiet_and_a_noisy_history():
+    quiet = [1.00, 1.01, 0.99, 1.00, 1.02]
+    noisy = [1.0, 1.4, 0.7, 1.2, 0.8]
+    assert history.judge_history(quiet, 1.25, 0.10).kind == "regression"
+    assert history.judge_history(noisy, 1.25, 0.10).kind == "unchanged"
+    assert history.judge_history(quiet, 1.0, 0.1).detectable < 0.10 < history.judge_history(
+        noisy, 1.0, 0.1).detectable
+
+
+def test_compare_documents_uses_the_history_when_it_has_three_runs():
+    stored = None
+    for scale in (1.0, 1.01, 0.99, 1.0):
+        stored = history.with_history(run_document(scale), stored)
+    slow = run_document(1.3)
+    v = verdict.compare_documents(stored, slow, threshold=0.1).verdicts[0]
+    assert v.kind == "regression" and v.z is not None and v.z > 3
+    assert "4 runs" in v.noise and v.gateable
+    single = verdict.compare_documents(run_document(1.0), slow, threshold=0.1).verdicts[0]
+    assert single.z is None and "unknown" in single.noise
+    assert single.detectable is not None and math.isfinite(single.detectable)

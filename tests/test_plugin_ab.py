@@ -1,0 +1,186 @@
+"""A/B mode and baseline history in real pytest sessions with real ranks."""
+
+from __future__ import annotations
+
+import copy
+import json
+import stat
+import sys
+
+import pytest
+
+from pytest_distbench.results import history, storage
+
+# A busy wait of 2 ms, made (1 + SLOW) times longer by an environment variable: a real
+# slowdown of the body. Each rank notes which variant it is (its environment, its pid, the
+# `flavour` library it imported) so the tests can see where it ran.
+BENCH = """
+import os, time, pytest
+import flavour
+
+SLOW = float(os.environ.get("DISTBENCH_TEST_SLOW", "0"))
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+@pytest.mark.distbench(iterations=10, warmup=1)
+def test_work(distbench, rank):
+    with open(os.environ["DISTBENCH_TEST_NOTES"], "a") as notes:
+        notes.write(f"{os.environ.get('DISTBENCH_TEST_MARK', '-')} {os.getpid()} "
+                    f"{flavour.NAME}\\n")
+    distbench.measure(lambda: spin(0.002 * (1 + SLOW)))
+"""
+
+
+@pytest.fixture
+def bench(pytester, monkeypatch):
+    pytester.makepyfile(test_bench=BENCH, flavour="NAME = 'candidate-lib'")
+    notes = pytester.path / "notes.txt"
+    monkeypatch.setenv("DISTBENCH_TEST_NOTES", str(notes))
+    return pytester
+
+
+def notes_by_mark(pytester) -> dict[str, set[tuple[str, str]]]:
+    found: dict[str, set[tuple[str, str]]] = {}
+    for line in (pytester.path / "notes.txt").read_text().splitlines():
+        mark, pid, lib = line.split()
+        found.setdefault(mark, set()).add((pid, lib))
+    return found
+
+
+def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1")  # the candidate: this run, 2x the work
+    result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_SLOW=0",
+                           "--distbench-rounds=10", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*distbench A/B: 10 interleaved rounds (ABBA) per benchmark*DISTBENCH_TEST_SLOW=0*",
+        "performance regression against the live baseline*over 10 interleaved rounds; "
+        "ratio *(95 % CI *), threshold 10 %; one-sided Wilcoxon signed-rank p = *",
+        "*distbench A/B comparison*",
+        "*benchmark*baseline p50 (us)*candidate p50 (us)*ratio*p*detectable*rounds*verdict*",
+        "test_work*regression",
+        "FAILED *test_work*",
+    ])
+
+
+def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):
+    out = bench.path / "run.json"
+    result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_MARK=base",
+                           "--distbench-rounds=6", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_work*unchanged*", "*worlds started:*baseline*candidate*"])
+    notes = notes_by_mark(bench)
+    base_pids = {pid for pid, _ in notes["base"]}
+    cand_pids = {pid for pid, _ in notes["-"]}
+    assert len(base_pids) == 2 and len(cand_pids) == 2 and not base_pids & cand_pids
+    record = json.loads(out.read_text())["benchmarks"][0]["distbench"]
+    # The candidate's record: every round's samples, and the paired verdict beside them.
+    assert record["iterations"] == 6 * 10
+    assert record["ab"]["rounds"] == 6 and record["ab"]["verdict"] == "unchanged"
+    assert len(record["ab"]["baseline_p50_s"]) == 6
+
+
+def test_baseline_python_runs_its_own_installation(bench, distbench_run, tmp_path):
+    # A "second environment": this interpreter behind a wrapper that puts another `flavour`
+    # library first on its path and marks its processes.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "flavour.py").write_text("NAME = 'baseline-lib'\n")
+    wrapper = tmp_path / "python"
+    wrapper.write_text(
+        f"#!/bin/sh\nDISTBENCH_TEST_MARK=wrapped PYTHONPATH={lib}:$PYTHONPATH "
+        f'exec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    result = distbench_run("--distbench", f"--distbench-baseline-python={wrapper}",
+                           "--distbench-rounds=4")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*live baseline: python {wrapper} (torch *)*"])
+    notes = notes_by_mark(bench)
+    assert {lib_name for _, lib_name in notes["wrapped"]} == {"baseline-lib"}
+    assert {lib_name for _, lib_name in notes["-"]} == {"candidate-lib"}
+
+
+def broken_interpreter(tmp_path) -> str:
+    script = tmp_path / "broken-python"
+    script.write_text("#!/bin/sh\necho 'ImportError: no torch here' >&2\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--distbench-baseline-python=/no/such/python"],
+         "ERROR: --distbench-baseline-python: /no/such/python: no such file"),
+        (["--distbench-baseline-python={broken}"],
+         "ERROR: --distbench-baseline-python: *broken-python: cannot run the benchmark ranks*"
+         "ImportError: no torch here"),
+        (["--distbench-baseline-env=NOEQUALS"],
+         "ERROR: --distbench-baseline-env: 'NOEQUALS' is not NAME=VALUE"),
+        (["--distbench-baseline-env=A=1", "--distbench-rounds=1"],
+         "ERROR: --distbench-rounds: invalid count '1': must be >= 2"),
+        (["--distbench-rounds=8"], "ERROR: --distbench-rounds: only means something in A/B*"),
+        (["--distbench-append"], "ERROR: --distbench-append: needs --distbench-save=NAME*"),
+        (["--distbench-baseline-env=A=1", "--distbench-compare=x.json"],
+         "ERROR: --distbench-compare: cannot be combined with A/B mode*"),
+    ],
+    ids=["missing-python", "broken-python", "bad-env", "rounds-1", "rounds-alone",
+         "append-alone", "ab-and-compare"],
+)
+def test_bad_ab_options_are_usage_errors_before_any_rank(bench, distbench_run, tmp_path,
+                                                         args, message):
+    args = [a.format(broken=broken_interpreter(tmp_path)) for a in args]
+    result = distbench_run("--distbench", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert not (bench.path / "notes.txt").exists()
+
+
+def test_append_adds_runs_and_one_run_says_its_noise_is_unknown(bench, distbench_run):
+    path = bench.path / "baselines" / "main.json"
+    distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=1)
+    result = distbench_run("--distbench", "--distbench-save=main", "--distbench-append")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*appended this run to baseline {path} (2 run(s)*"])
+    doc = json.loads(path.read_text())
+    assert doc["distbench"]["schema_version"] == 1 and len(doc["distbench"]["history"]) == 1
+    # Two runs are not enough to learn a spread: the single-run verdict, and it says so.
+    single = distbench_run("--distbench", "--distbench-compare=main")
+    single.stdout.fnmatch_lines(["*2 stored run(s): run-to-run noise unknown*",
+                                 "*change %*p-value*detectable*verdict*",
+                                 "*run-to-run noise unknown*"])
+
+
+def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbench_run):
+    first = bench.path / "first.json"
+    distbench_run("--distbench", f"--distbench-json={first}").assert_outcomes(passed=1)
+    # Two earlier runs of the same benchmark, 2 % either side of the real one.
+    real = storage.read_document(first)
+    stored = None
+    for factor in (1.02, 0.98, 1.0):
+        run = copy.deepcopy(real)
+        for bench_entry in run["benchmarks"]:
+            bench_entry["distbench"]["summary"]["p50"] *= factor
+        stored = history.with_history(run, stored)
+    path = bench.path / "baselines" / "main.json"
+    storage.write_document(stored, path, overwrite=False)
+    learned = distbench_run("--distbench", "--distbench-compare=main")
+    learned.stdout.fnmatch_lines([
+        "*3 stored runs: verdicts judge each p50 against its learned run-to-run spread*",
+        "*change %*p-value*detectable*verdict*",
+        "test_work*z *",
+        "*robust z of log p50 against the stored runs' spread*",
+    ])
+
+
+def test_help_lists_the_ab_and_history_options(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines(["*--distbench-threshold=VALUE*", "*e.g. 5%*",
+                                 "*--distbench-baseline-env=K=V ...*",
+                                 "*--distbench-baseline-python=PATH*",
+                                 "*--distbench-rounds=N*", "*--distbench-append*"])
