@@ -86,11 +86,11 @@ def rpc() -> list[dict[str, Any]]:
         agent = 2e-4 * ws
         observer = agent * 1.5
         out.append(record("agent_observer", world_size=ws, seconds=observer, params={
-            "batch": True}, figures={
+            "batch": True}, figures={"metric": "agent_latency", "metrics": {
                 "agent_latency_s": _percentiles(agent),
-                "agent_throughput_per_s": _percentiles((ws - 1) / agent),
+                "agent_throughput": _percentiles((ws - 1) / agent),
                 "observer_latency_s": _percentiles(observer),
-                "observer_throughput_per_s": _percentiles(1 / observer)}))
+                "observer_throughput": _percentiles(1 / observer)}}))
     for transport in ("tensorpipe_shm", "tensorpipe_uv", "gloo_send_recv"):
         for size in SIZES[:9]:
             slow = 3 if transport == "tensorpipe_uv" else 1

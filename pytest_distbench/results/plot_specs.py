@@ -129,7 +129,8 @@ PERCENTILES = ("p50", "p75", "p90", "p95")
 
 
 def _percentiles(figure: str, scale: float = 1.0) -> tuple[Value, ...]:
-    return tuple(Value(q, field=f"figures.{figure}.{q}", scale=scale) for q in PERCENTILES)
+    return tuple(Value(q, field=f"figures.metrics.{figure}.{q}", scale=scale)
+                 for q in PERCENTILES)
 
 
 register(PlotSpec(
@@ -139,14 +140,14 @@ register(PlotSpec(
     panels=(
         Panel("agent latency", Axis("latency", "ms"), _percentiles("agent_latency_s", 1e3)),
         Panel("agent throughput", Axis("throughput", "requests/s"),
-              _percentiles("agent_throughput_per_s")),
+              _percentiles("agent_throughput")),
         Panel("observer latency", Axis("latency", "ms"), _percentiles("observer_latency_s", 1e3)),
         Panel("observer throughput", Axis("throughput", "requests/s"),
-              _percentiles("observer_throughput_per_s")),
+              _percentiles("observer_throughput")),
     ),
-    headline=(Headline("agent p50", Value("a", field="figures.agent_latency_s.p50", scale=1e3),
+    headline=(Headline("agent p50", Value("a", field="figures.metrics.agent_latency_s.p50", scale=1e3),
                        "ms"),
-              Headline("observer p50", Value("o", field="figures.observer_latency_s.p50",
+              Headline("observer p50", Value("o", field="figures.metrics.observer_latency_s.p50",
                                              scale=1e3), "ms")),
     note="percentiles of the per-request figures (rpc-agent-observer-benchmark.md)",
 ))
@@ -172,7 +173,7 @@ register(PlotSpec(
 ))
 register(PlotSpec(
     name="store_ops", families=("store_ops",), x=CLIENTS, x_axis=Axis("clients", "connections"),
-    series=("params.store_backend", "params.op"), split=("family", "world_size"),
+    series=("params.store_backend", "figures.op"), split=("family", "world_size"),
     panels=(Panel("store operation latency", TIME_US, (TIME,)),),
     headline=(Headline("p50", TIME, "us"),), title="{family} ({world_size} ranks)", note=P50,
 ))
