@@ -78,6 +78,8 @@ class Setting:
     # --tensor-size does `nbytes`), unless the test parametrizes it itself.
     param: str | None = None
     param_id: Callable[[Any], str] = str
+    # A switch: the option may be given without a value (--distbench-touch-once).
+    flag: bool = False
 
     @property
     def ini(self) -> str:
@@ -114,7 +116,9 @@ CORE_SETTINGS = (
             "smallest slowdown that counts as a regression, e.g. 5%"),
 )
 # Each family that has options of its own keeps them in its own module as `SETTINGS`.
-FAMILY_OPTION_MODULES: tuple[str, ...] = ()
+FAMILY_OPTION_MODULES: tuple[str, ...] = (
+    "pytest_distbench.harness.options",  # duration, live reports, pressure
+)
 
 
 @cache
@@ -143,8 +147,9 @@ PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
     for s in SETTINGS:
+        switch = {"nargs": "?", "const": "true"} if s.flag else {}
         group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
-                        help=f"{s.help} (default: {s.default}; ini: {s.ini})")
+                        help=f"{s.help} (default: {s.default}; ini: {s.ini})", **switch)
         parser.addini(s.ini, help=s.help, default=None)
 
 
@@ -205,4 +210,9 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             f"--distbench-min-iterations ({settings.min_iterations}) is larger than "
             f"--distbench-max-iterations ({settings.max_iterations})"
         )
+    for name in FAMILY_OPTION_MODULES:
+        # An option module may refuse combinations of its settings (check(settings)).
+        check = getattr(importlib.import_module(name), "check", None)
+        if check is not None:
+            check(settings)
     return settings
