@@ -236,8 +236,7 @@ class Distbench:
         pending = None
         start = time.perf_counter()
         while True:
-            ran, chunk_start = size, time.perf_counter()
-            for _ in range(ran):
+            for _ in range(size):
                 append(timed(fn))
             if pending is not None:
                 pending.wait()
@@ -246,10 +245,11 @@ class Distbench:
                     return
                 size = int(proposed)
             if self.rank == 0:
-                now = time.perf_counter()
-                rate = (now - chunk_start) / ran
-                ends_at = now - start + size * rate
-                decision[0] = float(ends_at >= duration_s
+                # The average since the start, waits included: a rank ahead of a slower one
+                # is held back at chunk ends, so only the long-run pace predicts the next end.
+                elapsed = time.perf_counter() - start
+                rate = elapsed / len(samples)
+                decision[0] = float(elapsed + size * rate >= duration_s
                                     or len(samples) + 2 * size > MAX_DURATION_SAMPLES)
                 decision[1] = float(self._chunk_size(chunk_s, rate))
             else:
