@@ -21,8 +21,10 @@ from .wire import Measurement, MeasureSettings, Progress
 # Duration-bound runs agree on when to stop once per chunk of iterations lasting about this
 # long (docs/duration-and-pressure.md): it bounds how far past the duration a run goes.
 CHUNK_S = 0.05
-# A duration-bound run stops early rather than hold more samples than this per rank (80 MB).
-MAX_DURATION_SAMPLES = 10_000_000
+# A duration-bound run stops early rather than hold more samples than this per rank: every
+# sample travels to the controller and into the results file (the record then says so in
+# figures["stopped_at_sample_cap"]).
+MAX_DURATION_SAMPLES = 3_000_000
 
 
 class Distbench:
@@ -103,7 +105,8 @@ class Distbench:
                 reporter.start()
             try:
                 if s.duration_s is not None:
-                    self._run_for(fn, samples, s.duration_s, per_call)
+                    if self._run_for(fn, samples, s.duration_s, per_call):
+                        figures["stopped_at_sample_cap"] = True
                 else:
                     iterations = s.iterations
                     if iterations is None:
@@ -218,12 +221,13 @@ class Distbench:
             append(timed(fn))
 
     def _run_for(self, fn: Callable[[], Any], samples: array, duration_s: float,
-                 per_call: float) -> None:
-        """Run for `duration_s`, every rank stopping after the same iteration.
+                 per_call: float) -> bool:
+        """Run for `duration_s`, every rank stopping after the same iteration; True if the
+        run stopped early at MAX_DURATION_SAMPLES.
 
         Iterations run in chunks. After each chunk, rank 0 posts, in a non-blocking all-reduce
         of two numbers on the control group, whether the *next* chunk will reach the duration
-        and how long the chunk after it should be (~CHUNK_S at the rate it just measured). The
+        and how long the chunk after it should be (~CHUNK_S at its average pace so far). The
         all-reduce completes in the background while that next chunk runs; at the chunk's end
         every rank reads the same answer and stops or goes on together. So the loop carries no
         per-iteration traffic and no blocking synchronization, only one small collective per
@@ -242,15 +246,16 @@ class Distbench:
                 pending.wait()
                 stop, proposed = decision.tolist()
                 if stop:
-                    return
+                    return stop > 1
                 size = int(proposed)
             if self.rank == 0:
                 # The average since the start, waits included: a rank ahead of a slower one
                 # is held back at chunk ends, so only the long-run pace predicts the next end.
                 elapsed = time.perf_counter() - start
                 rate = elapsed / len(samples)
-                decision[0] = float(elapsed + size * rate >= duration_s
-                                    or len(samples) + 2 * size > MAX_DURATION_SAMPLES)
+                # 1: the duration is reached; 2: the sample cap is.
+                capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
+                decision[0] = 2.0 if capped else float(elapsed + size * rate >= duration_s)
                 decision[1] = float(self._chunk_size(chunk_s, rate))
             else:
                 decision.zero_()
