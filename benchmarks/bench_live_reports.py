@@ -7,8 +7,8 @@ Prints, on this machine:
      interval closed in rank 0 (same host, same monotonic clock), without and with busy
      pressure threads; and the spacing of the lines as read from the session's stdout;
   2. per-iteration cost of a duration-bound timed region vs a budget-bound one, alternating
-     round by round in one pytest session, for a 1-element gloo all_reduce and for a body
-     that does nothing (which exposes the harness's own cost per iteration);
+     round by round in one pytest session, for a 1-element gloo all_reduce in 2 ranks and for
+     a body that does nothing in 1 rank (which exposes the harness's own cost per iteration);
   3. pressure is real: iterations/s of the same loop in a 3-rank world (ranks 1 and 2
      pressured, as the message-rate family does) without and with busy threads, alternating,
      and each rank's peak RSS with --distbench-touch.
@@ -41,38 +41,49 @@ import json, os, time, pytest, torch, torch.distributed as dist
 
 ROUNDS = {rounds}
 OUT = {out!r}
-CASES = [(r, mode, body) for r in range(ROUNDS) for body in ("all_reduce", "nothing")
+CASES = [(r, mode) for r in range(ROUNDS)
          for mode in (("count", "duration") if r % 2 == 0 else ("duration", "count"))]
 
 
-def marks(mode, body):
-    if mode == "duration":
-        return pytest.mark.distbench(duration="{seconds}s")
-    return pytest.mark.distbench(budget="{seconds}s", max_iterations=100_000_000)
+def cases():
+    def marks(mode):
+        if mode == "duration":
+            return pytest.mark.distbench(duration="{seconds}s")
+        return pytest.mark.distbench(budget="{seconds}s", max_iterations=100_000_000)
+    return [pytest.param(c, marks=marks(c[1]), id=f"{{c[0]}}-{{c[1]}}") for c in CASES]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=marks(c[1], c[2]),
-                                               id=f"{{c[0]}}-{{c[1]}}-{{c[2]}}") for c in CASES])
-def test_loop(distbench, case):
-    r, mode, body = case
-    x = torch.zeros(1)
+def loop(distbench, case, body, step):
     stamps = []
     stamp = stamps.append
     clock = time.perf_counter
-    if body == "all_reduce":
-        def fn():
-            stamp(clock())
-            dist.all_reduce(x)
-    else:
-        def fn():
-            stamp(clock())
+
+    def fn():
+        stamp(clock())
+        step()
+
     distbench.measure(fn, nbytes=4)
     timed = stamps[5:]  # after the 5 warm-up calls (the default)
     if distbench.rank == 0:
         per = (timed[-1] - timed[0]) / (len(timed) - 1)
         with open(OUT, "a") as f:
-            f.write(json.dumps({{"round": r, "mode": mode, "body": body, "per_s": per,
-                                "n": len(timed)}}) + "\\n")
+            f.write(json.dumps({{"round": case[0], "mode": case[1], "body": body,
+                                "per_s": per, "n": len(timed)}}) + "\\n")
+
+
+# Two ranks whose iterations are coupled (each all_reduce waits for both) in both modes.
+@pytest.mark.distbench(world_size=2)
+@pytest.mark.parametrize("case", cases())
+def test_all_reduce(distbench, case):
+    x = torch.zeros(1)
+    loop(distbench, case, "all_reduce", lambda: dist.all_reduce(x))
+
+
+# One rank doing nothing: what is left is the harness's own cost per iteration.
+@pytest.mark.distbench(world_size=1)
+@pytest.mark.parametrize("case", cases())
+def test_nothing(distbench, case):
+    loop(distbench, case, "nothing", lambda: None)
 """
 
 
@@ -116,7 +127,7 @@ def loop_cost(tmp: Path, rounds: int, seconds: float) -> list[dict]:
     out = tmp / "loop.jsonl"
     (tmp / "test_loop.py").write_text(textwrap.dedent(LOOP_TEST.format(
         rounds=rounds, out=str(out), seconds=seconds)))
-    run_pytest(tmp, "test_loop.py", "--distbench", "--world-size=2")
+    run_pytest(tmp, "test_loop.py", "--distbench")
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 

@@ -114,10 +114,10 @@ class Distbench:
                         iterations = max(s.min_iterations, min(s.max_iterations, wanted))
                     self._run_count(fn, samples, iterations)
             finally:
+                if reporter is not None:
+                    reporter.stop()  # first: its last line ends where the loop ended
                 if pressure is not None:
                     pressure.stop()
-                if reporter is not None:
-                    reporter.stop()
         finally:
             if pressure is not None:
                 pressure.close()
