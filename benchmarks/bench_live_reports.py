@@ -79,6 +79,23 @@ def test_all_reduce(distbench, case):
     loop(distbench, case, "all_reduce", lambda: dist.all_reduce(x))
 
 
+# What one stop agreement costs when nothing overlaps it: post + wait of the 16-byte
+# all-reduce a duration run issues once per chunk (gloo's WORLD is the control group).
+@pytest.mark.distbench(world_size=2)
+def test_agreement(distbench):
+    decision = torch.zeros(2, dtype=torch.float64)
+    times = []
+    for _ in range(2000):
+        start = time.perf_counter()
+        dist.all_reduce(decision, op=dist.ReduceOp.MAX, async_op=True).wait()
+        times.append(time.perf_counter() - start)
+    if distbench.rank == 0:
+        times.sort()
+        with open(OUT, "a") as f:
+            f.write(json.dumps({{"round": 0, "mode": "agreement", "body": "agreement",
+                                "per_s": times[len(times) // 2], "n": len(times)}}) + "\\n")
+
+
 # One rank doing nothing: what is left is the harness's own cost per iteration.
 @pytest.mark.distbench(world_size=1)
 @pytest.mark.parametrize("case", cases())
@@ -222,6 +239,10 @@ def main() -> None:
         block = text.split("# test_touch", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
         for line in block:
             print("   | " + line)
+    agreement = next(row["per_s"] for row in rows if row["mode"] == "agreement")
+    print(f"   one stop agreement (16-byte gloo all-reduce, post + wait, not overlapped): median "
+          f"{agreement * 1e6:.1f} us = {agreement / 0.05 * 100:.3f} % of a 50 ms chunk, "
+          "the most a duration run adds")
     print("   (machine shared with other work: ratios are what carries over)")
 
 

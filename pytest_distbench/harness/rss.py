@@ -39,13 +39,3 @@ def peak_bytes() -> int | None:
     except (OSError, ValueError):
         return None
 
-
-def current_bytes() -> int | None:
-    try:
-        with open(_STATUS) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
