@@ -78,6 +78,8 @@ class Setting:
     # --tensor-size does `nbytes`), unless the test parametrizes it itself.
     param: str | None = None
     param_id: Callable[[Any], str] = str
+    # A switch: the option may be given without a value (--distbench-touch-once).
+    flag: bool = False
 
     @property
     def ini(self) -> str:
@@ -117,6 +119,7 @@ CORE_SETTINGS = (
 FAMILY_OPTION_MODULES: tuple[str, ...] = (
     "pytest_distbench.families.rpc.options",
     "pytest_distbench.families.store.options",
+    "pytest_distbench.harness.options",  # duration, live reports, pressure
 )
 
 
@@ -146,9 +149,11 @@ PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
     for s in SETTINGS:
+        switch = {"nargs": "?", "const": "true"} if s.flag else {}
         group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
                         # argparse %-formats help texts: "10%" must reach it as "10%%".
-                        help=f"{s.help} (default: {s.default}; ini: {s.ini})".replace("%", "%%"))
+                        help=f"{s.help} (default: {s.default}; ini: {s.ini})".replace("%", "%%"),
+                        **switch)
         parser.addini(s.ini, help=s.help, default=None)
     group.addoption("--distbench-launcher", dest="distbench_launcher", default=None,
                     metavar="MODE", help="auto: run as one rank of the world torchrun, srun or "
@@ -218,6 +223,11 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             f"--distbench-min-iterations ({settings.min_iterations}) is larger than "
             f"--distbench-max-iterations ({settings.max_iterations})"
         )
+    for name in FAMILY_OPTION_MODULES:
+        # An option module may refuse combinations of its settings (check(settings)).
+        check = getattr(importlib.import_module(name), "check", None)
+        if check is not None:
+            check(settings)
     return settings
 
 

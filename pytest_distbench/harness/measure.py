@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .wire import Measurement, MeasureSettings
+from . import rss
+from .live import Reporter, messages_per_iteration
+from .pressure import Pressure, PressureError
+from .wire import Measurement, MeasureSettings, Progress
+
+# Duration-bound runs agree on when to stop once per chunk of iterations lasting about this
+# long (docs/duration-and-pressure.md): it bounds how far past the duration a run goes.
+CHUNK_S = 0.05
+# A duration-bound run stops early rather than hold more samples than this per rank: every
+# sample travels to the controller and into the results file (the record then says so in
+# figures["stopped_at_sample_cap"]).
+MAX_DURATION_SAMPLES = 3_000_000
 
 
 class Distbench:
@@ -32,6 +45,8 @@ class Distbench:
         group: Any,
         control_group: Any,
         settings: MeasureSettings,
+        progress: Callable[[Progress], None] | None = None,
+        pressure_cpus: Iterable[int] | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -41,7 +56,10 @@ class Distbench:
         self.dtype: torch.dtype = getattr(torch, settings.dtype)
         self._control = control_group
         self._settings = settings
+        self._progress = progress  # rank 0's way to the controller during a test
+        self._pressure_cpus = tuple(pressure_cpus) if pressure_cpus else None
         self.measurements: list[Measurement] = []
+        rss.reset_peak()  # a test's memory peak starts with the test
 
     def measure(
         self,
@@ -55,18 +73,54 @@ class Distbench:
         check: Callable[[], int] | None = None,
         name: str | None = None,
         figures: dict[str, Any] | None = None,
+        pressure_ranks: Iterable[int] | None = None,
     ) -> None:
         """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements.
 
-        `figures` are the family's own JSON-able values for the record (rank 0's are kept).
+        `figures` are the family's own JSON-able values for the record (rank 0's are kept);
+        `figures["messages_per_iteration"]` (default 1) is what live reports count.
+        `pressure_ranks` are the ranks that run the pressure options during the timed region
+        (None: every rank).
         """
         self._check_new(name, nbytes, "measure")
         s = self._settings
+        figures = dict(figures or {})
+        messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
+        pressured = self._pressured(pressure_ranks)
+        rss.reset_peak()
         warm = [self._timed_call(fn) for _ in range(s.warmup)]
-        iterations = s.iterations if s.iterations is not None else self._calibrate(fn, warm)
-        self._synchronize()
-        dist.barrier(group=self._control)
-        samples = [self._timed_call(fn) for _ in range(iterations)]
+        per_call = self._agreed_per_call(fn, warm) if s.iterations is None or s.duration_s else 0
+        pressure = self._prepare_pressure(pressured)
+        samples = array("d")
+        try:
+            self._synchronize()
+            dist.barrier(group=self._control)
+            reporter = None
+            if self.rank == 0 and self._progress is not None and s.report_every_s:
+                reporter = Reporter(self._progress, s.report_every_s, samples, name=name,
+                                    nbytes=nbytes, figures=figures)
+            if pressure is not None:
+                pressure.start()
+            if reporter is not None:
+                reporter.start()
+            try:
+                if s.duration_s is not None:
+                    if self._run_for(fn, samples, s.duration_s, per_call):
+                        figures["stopped_at_sample_cap"] = True
+                else:
+                    iterations = s.iterations
+                    if iterations is None:
+                        wanted = math.ceil(s.budget_s / per_call)
+                        iterations = max(s.min_iterations, min(s.max_iterations, wanted))
+                    self._run_count(fn, samples, iterations)
+            finally:
+                if reporter is not None:
+                    reporter.stop()  # first: its last line ends where the loop ended
+                if pressure is not None:
+                    pressure.stop()
+        finally:
+            if pressure is not None:
+                pressure.close()
         wrong = None
         if check is not None:
             dist.barrier(group=self._control)
@@ -81,11 +135,15 @@ class Distbench:
                 dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
                 busbw_factor=float(busbw_factor),
                 warmup=s.warmup,
-                samples=samples,
+                samples=samples.tolist(),
                 wrong=wrong,
-                figures=dict(figures or {}),
+                figures=figures,
+                peak_rss_bytes=rss.peak_bytes(),
+                duration_s=s.duration_s,
+                pressure=pressure.describe() if pressure is not None else None,
             )
         )
+        rss.reset_peak()
 
     def record(
         self,
@@ -119,8 +177,10 @@ class Distbench:
                 samples=[float(s) for s in samples],
                 wrong=wrong,
                 figures=dict(figures or {}),
+                peak_rss_bytes=rss.peak_bytes(),
             )
         )
+        rss.reset_peak()
 
     def _check_new(self, name: str | None, nbytes: int | None, what: str) -> None:
         if nbytes is not None and nbytes < 0:
@@ -144,13 +204,118 @@ class Distbench:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _calibrate(self, fn: Callable[[], Any], warm: list[float]) -> int:
-        s = self._settings
+    def _agreed_per_call(self, fn: Callable[[], Any], warm: list[float]) -> float:
+        """Seconds per call every rank agrees on: the slowest rank's warm-up median."""
         if not warm:
             warm = [self._timed_call(fn)]
         # The median ignores the loopback stalls; the max over ranks makes every rank agree.
         estimate = torch.tensor([statistics.median(warm)], dtype=torch.float64)
         dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self._control)
-        per_call = max(float(estimate.item()), 1e-9)
-        wanted = math.ceil(s.budget_s / per_call)
-        return max(s.min_iterations, min(s.max_iterations, wanted))
+        return max(float(estimate.item()), 1e-9)
+
+    # -- the timed loops --------------------------------------------------------------------
+
+    def _run_count(self, fn: Callable[[], Any], samples: array, iterations: int) -> None:
+        append, timed = samples.append, self._timed_call
+        for _ in range(iterations):
+            append(timed(fn))
+
+    def _run_for(self, fn: Callable[[], Any], samples: array, duration_s: float,
+                 per_call: float) -> bool:
+        """Run for `duration_s`, every rank stopping after the same iteration; True if the
+        run stopped early at MAX_DURATION_SAMPLES.
+
+        Iterations run in chunks. After each chunk, rank 0 posts, in a non-blocking all-reduce
+        of two numbers on the control group, whether the *next* chunk will reach the duration
+        and how long the chunk after it should be (~CHUNK_S at its average pace so far). The
+        all-reduce completes in the background while that next chunk runs; at the chunk's end
+        every rank reads the same answer and stops or goes on together. So the loop carries no
+        per-iteration traffic and no blocking synchronization, only one small collective per
+        chunk, and the run ends within about one chunk after the duration.
+        """
+        append, timed = samples.append, self._timed_call
+        chunk_s = min(CHUNK_S, duration_s / 10)
+        size = self._chunk_size(chunk_s, per_call)  # iterations in the chunk about to run
+        decision = torch.zeros(2, dtype=torch.float64)  # [stop after next chunk, size after]
+        pending = None
+        start = time.perf_counter()
+        while True:
+            for _ in range(size):
+                append(timed(fn))
+            if pending is not None:
+                pending.wait()
+                stop, proposed = decision.tolist()
+                if stop:
+                    return stop > 1
+                size = int(proposed)
+            if self.rank == 0:
+                # The average since the start, waits included: a rank ahead of a slower one
+                # is held back at chunk ends, so only the long-run pace predicts the next end.
+                elapsed = time.perf_counter() - start
+                rate = elapsed / len(samples)
+                # 1: the duration is reached; 2: the sample cap is.
+                capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
+                decision[0] = 2.0 if capped else float(elapsed + size * rate >= duration_s)
+                decision[1] = float(self._chunk_size(chunk_s, rate))
+            else:
+                decision.zero_()
+            pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
+                                      async_op=True)
+
+    @staticmethod
+    def _chunk_size(chunk_s: float, per_call: float) -> int:
+        return max(1, min(1_000_000, int(chunk_s / max(per_call, 1e-9))))
+
+    # -- pressure ---------------------------------------------------------------------------
+
+    def _pressured(self, pressure_ranks: Iterable[int] | None) -> list[int]:
+        if pressure_ranks is None:
+            return list(range(self.world_size))
+        ranks = sorted(set(pressure_ranks))
+        bad = [r for r in ranks if not (isinstance(r, int) and 0 <= r < self.world_size)]
+        if bad:
+            raise ValueError(f"distbench.measure: pressure_ranks {bad} are not ranks of a world "
+                             f"of {self.world_size}")
+        return ranks
+
+    def _prepare_pressure(self, pressured: list[int]) -> Pressure | None:
+        """Set up this rank's pressure (None where it runs none); every rank agrees first.
+
+        Two agreements: every pressured rank checks the memory before any allocates (so one
+        rank's allocation cannot fail another's check), then all allocate. A rank that cannot
+        makes every rank raise PressureError, before any timed iteration.
+        """
+        settings = self._settings.pressure
+        if settings is None:
+            return None
+        pressure = None
+        problem = None
+        if self.rank in pressured:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+            pressure = Pressure(settings, sharing=min(len(pressured), local),
+                                cpus=self._pressure_cpus)
+            problem = pressure.check()
+        self._agree(problem)
+        try:
+            if pressure is not None:
+                pressure.prepare()
+        except PressureError as exc:
+            problem = str(exc)
+        try:
+            self._agree(problem)
+        except PressureError:
+            if pressure is not None:
+                pressure.close()
+            raise
+        return pressure
+
+    def _agree(self, problem: str | None) -> None:
+        failed = torch.zeros(self.world_size, dtype=torch.float64)
+        failed[self.rank] = 1.0 if problem else 0.0
+        dist.all_reduce(failed, group=self._control)
+        if problem:
+            raise PressureError(problem)
+        ranks = [r for r in range(self.world_size) if failed[r] > 0]
+        if ranks:
+            raise PressureError(f"the pressure could not be set up in rank(s) {ranks} "
+                                "(their error is above)")

@@ -20,7 +20,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
+from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
 _PR_SET_PDEATHSIG = 1
 STACK_DUMP_SIGNAL = signal.SIGUSR1
@@ -33,7 +33,7 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
     # Before torch opens a socket: the world's listen interface, fork safety for RDMA, ...
     os.environ.update(dict(spec.env))
     try:
-        rank = _Rank(spec)
+        rank = _Rank(spec, conn)
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
@@ -49,7 +49,9 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        conn.send(rank.run(message))
+        outcome = rank.run(message)
+        with rank.send_lock:
+            conn.send(outcome)
 
 
 def _redirect_output(path: str) -> None:
@@ -83,11 +85,14 @@ def _die_with_controller(lifeline: Connection) -> None:
 
 
 class _Rank:
-    def __init__(self, spec: RankSpec) -> None:
+    def __init__(self, spec: RankSpec, conn: Connection) -> None:
         import torch
         import torch.distributed as dist
 
         self.spec = spec
+        self.conn = conn
+        # Rank 0's reporter thread sends Progress while the main thread may send its outcome.
+        self.send_lock = threading.Lock()
         timeout = timedelta(seconds=spec.timeout_s)
         self.base_store = dist.TCPStore(
             spec.store_host, spec.store_port, is_master=False, timeout=timeout
@@ -113,6 +118,9 @@ class _Rank:
         warm = torch.zeros(1)
         for _ in range(10):
             dist.all_reduce(warm, group=self.control)
+        # Pressure threads run where the process may run, not on the rank's pinned core.
+        self.process_cpus = (tuple(sorted(os.sched_getaffinity(0)))
+                             if hasattr(os, "sched_getaffinity") else None)
         if spec.cpus:
             # Only the calling thread: the backend's I/O threads, started above, stay free to
             # run on another core instead of queueing behind the thread that waits for them.
@@ -166,7 +174,13 @@ class _Rank:
             group=self.group,
             control_group=self.control,
             settings=task.settings,
+            progress=self.send_progress if self.spec.rank == 0 else None,
+            pressure_cpus=self.process_cpus,
         )
+
+    def send_progress(self, progress: Progress) -> None:
+        with self.send_lock:
+            self.conn.send(progress)
 
     def _fixture(self, name: str, task: RunTest) -> Any:
         import torch.distributed as dist

@@ -13,7 +13,10 @@ import pytest
 
 from ..results import stats
 from ..settings import Settings
-from .wire import RANK_FIXTURES, Measurement, MeasureSettings, RunTest
+from . import options
+from .live import LivePrinter
+from .pressure import memory_problem
+from .wire import RANK_FIXTURES, Measurement, MeasureSettings, PressureSettings, RunTest
 from .world import RunResult, World, WorldKey, WorldStartError, describe_exit, prefix_output
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
@@ -132,11 +135,17 @@ class DistbenchSession:
         test cannot host another one that uses RRefs).
         """
         task = _task_for(item, settings)
+        pressure = task.settings.pressure
+        # Memory no single rank could have fails here, before any rank is disturbed.
+        problem = memory_problem(pressure, sharing=1) if pressure is not None else None
+        if problem:
+            pytest.fail(problem, pytrace=False)
         try:
             world = self.world(key, settings.timeout)
         except WorldStartError as exc:
             pytest.fail(f"could not start the world: {exc}", pytrace=False)
-        result = world.run(task, settings.timeout)
+        live = LivePrinter(item.config, item.nodeid)
+        result = world.run(task, settings.timeout, on_progress=live)
         if not result.clean:
             self.retire(world)
         elif fresh_world_after:
@@ -151,6 +160,11 @@ class DistbenchSession:
             reasons = sorted({o.message for o in result.outcomes.values() if o.message})
             pytest.skip("; ".join(reasons) or "skipped in a rank")
         records = build_records(item, key, result, settings)
+        for record, measurement in zip(records, result.outcomes[0].measurements, strict=True):
+            reports = live.reports.get(measurement.name)
+            if reports:
+                record["live_reports"] = reports
+        _add_environment_section(item, records)
         self.records.extend(records)
         wrong = sum(r["wrong"] or 0 for r in records)
         if wrong:
@@ -195,9 +209,52 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
             max_iterations=settings.max_iterations,
             budget_s=settings.budget,
             dtype=settings.dtype,
+            duration_s=settings.duration,
+            report_every_s=options.report_every_s(settings),
+            pressure=_pressure_settings(settings),
         ),
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
     )
+
+
+def _pressure_settings(settings: Settings) -> PressureSettings | None:
+    if not options.pressure_used(settings):
+        return None
+    return PressureSettings(
+        cpu_threads=settings.cpu_threads,
+        allocate_bytes=settings.allocate,
+        touch_bytes=settings.touch,
+        touch_once=settings.touch_once,
+        log_threads=settings.log_threads,
+        log_lines=settings.log_lines,
+        print_env=settings.print_env,
+    )
+
+
+def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]]) -> None:
+    """--distbench-print-env: the pressured ranks' environment, in the test's report."""
+    lines = []
+    for record in records:
+        for r, env in sorted(((record.get("pressure") or {}).get("env") or {}).items()):
+            lines.append(f"--- {record['name']}: environment of rank {r} ---")
+            lines.extend(f"{k}={v}" for k, v in sorted(env.items()))
+    if lines:
+        item.add_report_section("call", "environment of the pressured ranks", "\n".join(lines))
+
+
+def _pressure_record(ms: list[Measurement]) -> dict[str, Any] | None:
+    """The record's `pressure`: what ran, in which ranks, and their environment if asked."""
+    pressured = [(r, m.pressure) for r, m in enumerate(ms) if m.pressure is not None]
+    if not pressured:
+        return None
+    first = dict(pressured[0][1])
+    first.pop("env", None)
+    out: dict[str, Any] = {"ranks": [r for r, _ in pressured], **first}
+    out["log_lines_written"] = sum(p.get("log_lines_written", 0) for _, p in pressured)
+    envs = {str(r): p["env"] for r, p in pressured if "env" in p}
+    if envs:
+        out["env"] = envs
+    return out
 
 
 def _raise_for_problems(result: RunResult, timeout_s: float) -> None:
@@ -284,6 +341,10 @@ def build_records(
                 "stalls": stats.stall_count(samples),
                 "threshold": threshold,
                 "figures": first.figures,
+                "peak_rss_bytes": (None if any(m.peak_rss_bytes is None for m in ms)
+                                   else [m.peak_rss_bytes for m in ms]),
+                "duration_s": first.duration_s,
+                "pressure": _pressure_record(ms),
             }
         )
     return records

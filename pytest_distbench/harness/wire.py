@@ -2,7 +2,8 @@
 
 Everything that crosses a pipe is one of these picklable dataclasses, so the protocol is
 readable in one screen: the controller sends RunTest or Shutdown; a rank answers RankReady once,
-then one TestOutcome per RunTest.
+then one TestOutcome per RunTest. While a test runs with live reports, rank 0 also sends
+Progress messages (one per report interval, from a reporter thread, never per iteration).
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ class RankSpec:
 
 
 @dataclass(frozen=True)
+class PressureSettings:
+    """Load the pressured ranks put on themselves during the timed region (harness/pressure.py)."""
+
+    cpu_threads: int = 0
+    allocate_bytes: int = 0
+    touch_bytes: int = 0
+    touch_once: bool = False
+    log_threads: int = 12
+    log_lines: int = 0
+    print_env: bool = False
+
+
+@dataclass(frozen=True)
 class MeasureSettings:
     """How `distbench.measure` times; identical in every rank of a test."""
 
@@ -51,6 +65,9 @@ class MeasureSettings:
     max_iterations: int
     budget_s: float
     dtype: str
+    duration_s: float | None = None  # a duration-bound timed region instead of a count/budget
+    report_every_s: float | None = None  # live Progress reports from rank 0, None for none
+    pressure: PressureSettings | None = None  # None: no pressure at all
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,26 @@ class RankReady:
     info: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Rank 0's running count of one measurement's timed region, sent once per interval.
+
+    Times are cumulative from the start of the timed region; `due` and `sent` are the rank's
+    time.monotonic() (one clock for every process of a host), so the controller can tell how
+    late a report arrived.
+    """
+
+    name: str | None  # the measurement's name
+    index: int  # 1, 2, ...: which interval this closes
+    elapsed_s: float
+    iterations: int
+    messages_per_iteration: int
+    nbytes: int | None
+    due: float
+    sent: float
+    final: bool = False  # the last report of this measurement (the timed region ended)
+
+
 @dataclass
 class Measurement:
     """One `distbench.measure` call as seen by one rank."""
@@ -93,6 +130,10 @@ class Measurement:
     # The family's own figures (messages per iteration, percentiles of its own metrics, ...):
     # JSON-able values, taken from rank 0 into the record.
     figures: dict[str, Any] = field(default_factory=dict)
+    peak_rss_bytes: int | None = None  # this rank's RSS high-water mark during the measurement
+    duration_s: float | None = None  # the requested duration of a duration-bound run
+    # What pressure this rank ran during the timed region (None: none); with print_env, "env".
+    pressure: dict[str, Any] | None = None
 
 
 @dataclass

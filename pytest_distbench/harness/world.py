@@ -11,19 +11,24 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from . import rank as rank_module
 from .loopback import rank_listen_env
-from .wire import RankReady, RankSpec, RunTest, Shutdown, TestOutcome
+from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
 _PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
             "pytest_distbench.harness.measure"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
 STACK_DUMP_WAIT_S = 0.5
+# What of a rank's output one test keeps (its start and its end, where a stack dump lands):
+# pressure log threads can write gigabytes that no report could show.
+OUTPUT_HEAD_BYTES = 64 * 1024
+OUTPUT_TAIL_BYTES = 1024 * 1024
 
 
 def forkserver_context() -> multiprocessing.context.BaseContext:
@@ -221,7 +226,9 @@ class World:
 
     # -- running a test ---------------------------------------------------------------------
 
-    def run(self, task: RunTest, timeout_s: float) -> RunResult:
+    def run(self, task: RunTest, timeout_s: float,
+            on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+        """Run one test in every rank; Progress reports go to `on_progress` as they arrive."""
         marks = [self._size(p) for p in self.capture_paths]
         result = RunResult()
         began = time.monotonic()
@@ -238,6 +245,10 @@ class World:
                 break
             for r in self._ready(pending, remaining):
                 message = self._receive(r)
+                if isinstance(message, Progress):
+                    if on_progress is not None:
+                        on_progress(message)
+                    continue  # the rank is still running its test
                 pending.discard(r)
                 if isinstance(message, TestOutcome):
                     result.outcomes[r] = message
@@ -307,10 +318,19 @@ class World:
     def _read_from(path: Path, offset: int) -> str:
         try:
             with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size - offset
                 f.seek(offset)
-                return f.read().decode("utf-8", errors="replace")
+                if size <= OUTPUT_HEAD_BYTES + OUTPUT_TAIL_BYTES:
+                    return f.read().decode("utf-8", errors="replace")
+                head = f.read(OUTPUT_HEAD_BYTES)
+                f.seek(-OUTPUT_TAIL_BYTES, os.SEEK_END)
+                tail = f.read()
         except FileNotFoundError:
             return ""
+        skipped = size - len(head) - len(tail)
+        return (head.decode("utf-8", errors="replace")
+                + f"\n[... {skipped} bytes of this rank's output not shown ...]\n"
+                + tail.decode("utf-8", errors="replace"))
 
     def _all_output(self) -> str:
         return prefix_output({r: self._read_from(p, 0) for r, p in enumerate(self.capture_paths)})

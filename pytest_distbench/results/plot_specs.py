@@ -145,10 +145,12 @@ register(PlotSpec(
         Panel("observer throughput", Axis("throughput", "requests/s"),
               _percentiles("observer_throughput")),
     ),
-    headline=(Headline("agent p50", Value("a", field="figures.metrics.agent_latency_s.p50", scale=1e3),
-                       "ms"),
-              Headline("observer p50", Value("o", field="figures.metrics.observer_latency_s.p50",
-                                             scale=1e3), "ms")),
+    headline=(
+        Headline("agent p50", Value("a", field="figures.metrics.agent_latency_s.p50", scale=1e3),
+                 "ms"),
+        Headline("observer p50",
+                 Value("o", field="figures.metrics.observer_latency_s.p50", scale=1e3), "ms"),
+    ),
     note="percentiles of the per-request figures (rpc-agent-observer-benchmark.md)",
 ))
 

@@ -114,6 +114,14 @@ def _normalize_record(record: dict[str, Any]) -> dict[str, Any]:
     for key in ("world_size", "nbytes", "count", "wrong", "stalls", "warmup", "iterations"):
         if key in out:
             out[key] = _plain_number(out[key])
+    # Duration runs, live reports, pressure and memory (docs/duration-and-pressure.md).
+    out["duration_s"] = _plain_number(out["duration_s"])
+    if isinstance(out["peak_rss_bytes"], (list, tuple)):
+        out["peak_rss_bytes"] = [_plain_number(v) for v in out["peak_rss_bytes"]]
+    if isinstance(out["pressure"], dict):
+        out["pressure"] = _json_safe(out["pressure"])
+    if out.get("live_reports") is not None:
+        out["live_reports"] = _json_safe(out["live_reports"])
     return out
 
 
@@ -443,6 +451,7 @@ _NOT_OURS = "not a pytest-distbench results file"
 _NULLABLE_RECORD_FIELDS = (
     "nbytes", "count", "dtype", "busbw_factor", "warmup", "iterations",
     "algbw_gbps", "busbw_gbps", "wrong", "skew", "stalls", "threshold",
+    "duration_s", "peak_rss_bytes", "pressure",
 )  # fmt: skip
 
 
@@ -539,6 +548,8 @@ def _validate_record(record: dict[str, Any], where: str) -> None:
                 f"has {len(values)} samples, samples has {len(samples)} (ragged rank_samples)",
             )
 
+    _validate_run_extras(record, where)
+
     summary = _expect(record, "summary", dict, where, "an object")
     for key in SUMMARY_KEYS:
         if key not in summary:
@@ -553,6 +564,39 @@ def _validate_record(record: dict[str, Any], where: str) -> None:
             f"{where}.summary.n",
             f"{_short(summary['n'])} does not match the {len(samples)} samples",
         )
+
+
+def _validate_run_extras(record: dict[str, Any], where: str) -> None:
+    """duration_s, peak_rss_bytes, pressure, live_reports (all optional)."""
+    duration = record.get("duration_s")
+    if duration is not None and not (_is_number(duration) and duration > 0):
+        raise _Invalid(f"{where}.duration_s",
+                       f"expected a positive number of seconds or null, got {_short(duration)}")
+    peaks = record.get("peak_rss_bytes")
+    if peaks is not None:
+        if not isinstance(peaks, list) or len(peaks) != record["world_size"]:
+            raise _Invalid(f"{where}.peak_rss_bytes",
+                           f"expected a list of {record['world_size']} byte counts (one per "
+                           f"rank) or null, got {_short(peaks)}")
+        for rank, value in enumerate(peaks):
+            if not (_is_int(value) and 0 <= value <= _MAX_INT):
+                raise _Invalid(f"{where}.peak_rss_bytes[{rank}]",
+                               f"expected an integer >= 0, got {_short(value)}")
+    pressure = record.get("pressure")
+    if pressure is not None and not isinstance(pressure, dict):
+        raise _Invalid(f"{where}.pressure", f"expected an object or null, got "
+                       f"{_json_type(pressure)}")
+    reports = record.get("live_reports")
+    if reports is None:
+        return
+    if not isinstance(reports, list):
+        raise _Invalid(f"{where}.live_reports", f"expected a list, got {_json_type(reports)}")
+    for i, report in enumerate(reports):
+        ok = isinstance(report, dict) and all(
+            _is_number(report.get(key)) and report[key] >= 0 for key in ("time_s", "iterations"))
+        if not ok:
+            raise _Invalid(f"{where}.live_reports[{i}]",
+                           "expected an object with time_s and iterations (numbers >= 0)")
 
 
 def _expect(obj: dict[str, Any], key: str, kind: type, where: str, what: str) -> Any:

@@ -34,8 +34,27 @@ def render_tables(records: Iterable[dict[str, Any]]) -> str:
     for (family, backend, world_size, device), rows in groups.items():
         rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
         title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
-        blocks.append(title + "\n" + _STYLES.get(family, _render_group)(rows))
+        text = _STYLES.get(family, _render_group)(rows)
+        if _pressured(rows) and RSS_HEADER not in text:
+            # A family style without the column still shows the memory pressure left behind.
+            text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
+        blocks.append(title + "\n" + text)
     return "\n\n".join(blocks)
+
+
+RSS_HEADER = "peak RSS/rank (MiB)"
+
+
+def _pressured(rows: list[dict[str, Any]]) -> bool:
+    return any(r.get("pressure") for r in rows)
+
+
+def peak_rss_cell(record: dict[str, Any]) -> str:
+    """Each rank's peak RSS during the test in MiB, rank 0 first: "412/1438/1437"."""
+    peaks = record.get("peak_rss_bytes")
+    if not peaks:
+        return "-"
+    return "/".join(f"{p / 2**20:.0f}" for p in peaks)
 
 
 def _render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
@@ -61,6 +80,10 @@ def _render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
         "size", "count", "type", "p50 (us)", "p95 (us)", "algbw (GB/s)", "busbw (GB/s)",
         "#wrong", "skew", "stalls",
     ]
+    if _pressured(rows):  # memory is worth a column when the run put pressure on it
+        headers.append(RSS_HEADER)
+        for line, r in zip(table, rows, strict=True):
+            line.append(peak_rss_cell(r))
     text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
                     colalign=("right",) * len(headers))
     if with_bytes:

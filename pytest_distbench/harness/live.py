@@ -1,0 +1,179 @@
+"""Live reports of a running measurement, in the seed's shape (message-rate-bandwidth-benchmark):
+
+    Time: 5.00s Msgs: 38876 Rate: 7775.15msg/s (128.61us) 0.01MB/s TOTALS: Time: 10.00s ...
+
+Both ends live here. In rank 0, a `Reporter` thread wakes once per interval (a timed wait, no
+polling), reads how many iterations the timed loop has appended so far -- the loop itself does
+no extra work per iteration -- and sends a `Progress` message up the rank's pipe. In the
+controller, a `LivePrinter` turns each one into a line and writes it through pytest's terminal
+reporter with output capture suspended, so the line appears while the test runs, with or
+without -s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sized
+from dataclasses import dataclass
+from typing import Any
+
+from .wire import Progress
+
+# A measurement that ends between two intervals reports the part since the last line only if
+# it is at least this fraction of an interval (a 3 ms tail would print a meaningless rate).
+MIN_FINAL_FRACTION = 0.1
+JOIN_TIMEOUT_S = 5.0
+
+
+# -- arithmetic and the line (pure) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Messages over a span of time, and what follows from them."""
+
+    seconds: float
+    messages: int
+    nbytes: int | None
+
+    @property
+    def per_second(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def us_per_message(self) -> float | None:
+        return self.seconds / self.messages * 1e6 if self.messages else None
+
+    @property
+    def mbps(self) -> float:
+        """Decimal MB/s (1e6 bytes) of payload."""
+        return self.per_second * (self.nbytes or 0) / 1e6
+
+    def text(self) -> str:
+        us = self.us_per_message
+        return (f"Time: {self.seconds:.2f}s Msgs: {self.messages} "
+                f"Rate: {self.per_second:.2f}msg/s ({'-' if us is None else f'{us:.2f}'}us) "
+                f"{self.mbps:.2f}MB/s")
+
+
+def report_line(interval: Rate, total: Rate) -> str:
+    return f"{interval.text()} TOTALS: {total.text()}"
+
+
+# -- rank side ------------------------------------------------------------------------------------
+
+
+class Reporter:
+    """Rank 0's reporter thread for one timed region."""
+
+    def __init__(self, send: Callable[[Progress], None], every_s: float, samples: Sized, *,
+                 name: str | None, nbytes: int | None, figures: dict[str, Any]) -> None:
+        self._send = send
+        self._every = every_s
+        self._samples = samples
+        self._name = name
+        self._nbytes = nbytes
+        self._per_iteration = messages_per_iteration(figures)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="distbench-reporter",
+                                        daemon=True)
+        self._start = 0.0
+        self._index = 1  # the interval the next report closes
+        self._last = 0.0  # elapsed time of the last report
+
+    def start(self) -> None:
+        self._start = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End of the timed region: report the interval that is due or the tail, then stop."""
+        now = time.monotonic()
+        self._stop.set()
+        self._thread.join(JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            return
+        due = self._start + self._index * self._every
+        if now >= due or (now - self._start) - self._last >= MIN_FINAL_FRACTION * self._every:
+            self._report(min(now, due), now, final=True)
+
+    def _loop(self) -> None:
+        while True:
+            due = self._start + self._index * self._every
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return
+            self._report(due, time.monotonic(), final=False)
+
+    def _report(self, due: float, now: float, *, final: bool) -> None:
+        iterations = len(self._samples)  # the loop's own append count; no per-iteration work
+        elapsed = now - self._start
+        try:
+            self._send(Progress(name=self._name, index=self._index, elapsed_s=elapsed,
+                                iterations=iterations, messages_per_iteration=self._per_iteration,
+                                nbytes=self._nbytes, due=due, sent=time.monotonic(),
+                                final=final))
+        except (OSError, ValueError):
+            pass  # the controller is gone; the rank's lifeline ends it
+        self._index += 1
+        self._last = elapsed
+
+
+def messages_per_iteration(figures: dict[str, Any]) -> int:
+    value = figures.get("messages_per_iteration", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"figures['messages_per_iteration'] must be a positive int, got {value!r}")
+    return value
+
+
+# -- controller side -------------------------------------------------------------------------
+
+
+class LivePrinter:
+    """Prints rank 0's Progress reports of one test as they arrive, and keeps them."""
+
+    def __init__(self, config: Any, nodeid: str) -> None:
+        self._terminal = config.pluginmanager.get_plugin("terminalreporter")
+        self._capture = config.pluginmanager.get_plugin("capturemanager")
+        self._nodeid = nodeid
+        self._last: dict[str | None, Progress] = {}
+        # Per measurement name: [elapsed_s, iterations, delay_s] of each report (the record's
+        # live_reports); delay = arrival here - the moment the interval closed in rank 0.
+        self.reports: dict[str | None, list[dict[str, float]]] = {}
+
+    def __call__(self, progress: Progress) -> None:
+        arrived = time.monotonic()
+        previous = self._last.get(progress.name)
+        self._last[progress.name] = progress
+        line = progress_line(progress, previous)
+        self.reports.setdefault(progress.name, []).append({
+            "time_s": progress.elapsed_s,
+            "iterations": progress.iterations,
+            "delay_s": arrived - progress.due,
+        })
+        self._write(line, header=previous is None, name=progress.name)
+
+    def _write(self, line: str, *, header: bool, name: str | None) -> None:
+        if self._terminal is None:
+            return
+        suspended = (self._capture.global_and_fixture_disabled() if self._capture is not None
+                     else contextlib.nullcontext())
+        with suspended:
+            self._terminal.ensure_newline()
+            if header:
+                label = self._nodeid + (f"::{name}" if name else "")
+                self._terminal.write_line(f"distbench live report: {label}")
+            self._terminal.write_line(line)
+            self._terminal.flush()
+
+
+def progress_line(progress: Progress, previous: Progress | None) -> str:
+    """The seed's line for one report, given the measurement's report before it."""
+    k = progress.messages_per_iteration
+    before_s = previous.elapsed_s if previous else 0.0
+    before_n = previous.iterations if previous else 0
+    interval = Rate(progress.elapsed_s - before_s, (progress.iterations - before_n) * k,
+                    progress.nbytes)
+    total = Rate(progress.elapsed_s, progress.iterations * k, progress.nbytes)
+    return report_line(interval, total)

@@ -1,0 +1,115 @@
+"""Settings of the harness itself: duration-bound runs, live reports, pressure during a run.
+
+Registered like a family's options (settings.FAMILY_OPTION_MODULES), so each one gets a CLI
+option, an ini key, a marker keyword and an attribute of `Settings`. Torch-free on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..results import units
+from ..settings import Setting
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _optional_duration(text: str) -> float | None:
+    return None if text.strip().lower() in ("", "off", "none") else units.parse_duration(text)
+
+
+def _report_every(text: str) -> float | str | None:
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    return _optional_duration(text)
+
+
+def _optional_size(text: str) -> int:
+    return 0 if text.strip().lower() in ("", "0", "off", "none") else units.parse_size(text)
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"invalid count {text!r}: expected an integer") from None
+        if value < minimum:
+            raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"invalid switch {text!r}: expected true or false")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("duration", "--distbench-duration", "off", _optional_duration,
+            "run the timed region of every measurement for this long (e.g. 30s) instead of a "
+            "count or budget; 'off' to use --distbench-iterations / --distbench-budget"),
+    Setting("report_every", "--distbench-report-every", "auto", _report_every,
+            "print a live line (Time/Msgs/Rate ... TOTALS ...) this often while a measurement "
+            "runs; 'auto' = every 5s in duration runs, 'off' = never"),
+    Setting("cpu_threads", "--distbench-cpu-threads", "0", _int_at_least(0),
+            "busy threads run in the pressured ranks during the timed region"),
+    Setting("allocate", "--distbench-allocate", "0", _optional_size,
+            "memory each pressured rank allocates for the timed region (e.g. 2GiB); "
+            "defaults to the --distbench-touch size"),
+    Setting("touch", "--distbench-touch", "0", _optional_size,
+            "how much of the allocated memory is written: continuously during the timed "
+            "region, or once before it with --distbench-touch-once"),
+    Setting("touch_once", "--distbench-touch-once", "false", parse_bool,
+            "write the touched memory once (resident, no ongoing memory traffic)", flag=True),
+    Setting("log_threads", "--distbench-log-threads", "12", _int_at_least(1),
+            "threads sharing --distbench-log-lines"),
+    Setting("log_lines", "--distbench-log-lines", "0", _int_at_least(0),
+            "80-character lines written to stderr as fast as possible by the log threads of "
+            "each pressured rank during the timed region"),
+    Setting("print_env", "--distbench-print-env", "false", parse_bool,
+            "put the environment of the pressured ranks into the report and the record",
+            flag=True),
+)
+
+DEFAULT_REPORT_EVERY_S = 5.0
+
+
+def report_every_s(settings: Any) -> float | None:
+    """The live report interval of a run: 'auto' reports every 5 s in duration runs only."""
+    if settings.report_every == "auto":
+        return DEFAULT_REPORT_EVERY_S if settings.duration is not None else None
+    return settings.report_every
+
+
+def pressure_used(settings: Any) -> bool:
+    return bool(settings.cpu_threads or settings.allocate or settings.touch
+                or settings.log_lines or settings.print_env)
+
+
+def check(settings: Any) -> None:
+    """Combinations no single option can refuse on its own."""
+    if settings.allocate and settings.touch > settings.allocate:
+        raise pytest.UsageError(
+            f"--distbench-touch ({units.format_size(settings.touch)}) is larger than "
+            f"--distbench-allocate ({units.format_size(settings.allocate)}): only allocated "
+            "memory can be touched"
+        )
+    if settings.touch_once and not settings.touch:
+        raise pytest.UsageError(
+            "--distbench-touch-once needs --distbench-touch: there is no memory to touch"
+        )
+    if settings.duration is not None and settings.duration >= settings.timeout:
+        raise pytest.UsageError(
+            f"--distbench-duration ({settings.duration:g} s) must be shorter than "
+            f"--distbench-timeout ({settings.timeout:g} s), or every test would time out"
+        )
