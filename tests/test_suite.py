@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def test_builtin_suite_runs_checks_and_prints_seven_tables(pytester, distbench_run):
     result = distbench_run(
-        "--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
+        "--distbench", "--pyargs", "pytest_distbench.suites.test_collectives", "--world-size=3",
         "--tensor-size=4B,1KiB", "--distbench-iterations=5", "--distbench-warmup=1",
     )
     result.assert_outcomes(passed=13)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ..results import stats
+from ..results.derived import completed_figures
 from ..settings import Settings
 from .wire import RANK_FIXTURES, Measurement, MeasureSettings, RunTest
 from .world import RunResult, World, WorldKey, WorldStartError, describe_exit, prefix_output
@@ -263,4 +264,5 @@ def build_records(
                 "figures": first.figures,
             }
         )
+        records[-1]["figures"] = completed_figures(records[-1])
     return records
