@@ -45,8 +45,9 @@ def test_p2p_suite_two_ranks_exact_sizes_window_and_rates(pytester, distbench_ru
         expected = {"p2p_latency": 2, "p2p_bandwidth": 4, "p2p_bibw": 8,
                     "p2p_message_rate_pairs": 4}[family]
         assert f["messages_per_iteration"] == expected
-        # Rates come from the record's own samples (slowest rank per iteration).
-        total = sum(r["samples"])
+        # Totals: the slowest rank's whole timed region, from the record's own samples.
+        total = max(sum(rank) for rank in r["rank_samples"])
+        assert total <= sum(r["samples"]) and math.isclose(f["total_s"], total)
         assert f["total_messages"] == expected * r["iterations"]
         assert math.isclose(f["msgs_per_s"], expected * r["iterations"] / total)
         assert math.isclose(f["mbps"], f["msgs_per_s"] * nbytes / 1e6)

@@ -14,6 +14,7 @@ prepared batch of sends or receives.  Payloads are checked as in the p2p family.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import pytest
@@ -36,13 +37,13 @@ __all__ = ["FAMILY", "PATHS", "message_loop", "run_message_rate"]
 
 def message_loop(e: Endpoint, credits: int, rounds: int) -> Callable[[], None]:
     """One iteration on this side: `rounds` x (credits messages, one acknowledgement)."""
-    transport, peer, repeat = e.transport, e.peer, range(rounds)
+    transport, peer = e.transport, e.peer
     if e.leader:
         window = transport.batch(e.sends(credits), ())
         recv, ack = transport.recv, e.ack_in
 
         def send_rounds() -> None:
-            for _ in repeat:
+            for _ in repeat(None, rounds):  # yields None: no int object per round
                 window()
                 recv(ack, peer)
 
@@ -51,7 +52,7 @@ def message_loop(e: Endpoint, credits: int, rounds: int) -> Callable[[], None]:
     send, ack = transport.send, e.ack_out
 
     def receive_rounds() -> None:
-        for _ in repeat:
+        for _ in repeat(None, rounds):
             window()
             send(ack, peer)
 

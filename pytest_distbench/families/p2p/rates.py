@@ -1,9 +1,10 @@
 """Byte and rate arithmetic of the message families (pure; no torch).
 
 One timed iteration moves `messages_per_iteration` messages of `nbytes` each; the record keeps
-one time per iteration (slowest rank).  Means are over the whole timed region (total messages
-/ total time, as OSU and the seed's TOTALS line report them); p50 and p95 are rates of the
-median and the 95th-percentile (slower) iteration.  MB/s is decimal (1e6 bytes/s).
+one time per iteration (slowest rank) and each rank's own times.  Means are over the whole
+timed region (total messages / the slowest rank's total time, as OSU and the seed's TOTALS
+line report them); p50 and p95 are rates of the median and the 95th-percentile (slower)
+iteration.  MB/s is decimal (1e6 bytes/s).
 """
 
 from __future__ import annotations
@@ -59,14 +60,20 @@ def _per_second(amount: float, seconds: float) -> float | None:
 
 
 def message_rates(
-    samples: Sequence[float], messages_per_iteration: int, nbytes: int
+    samples: Sequence[float], messages_per_iteration: int, nbytes: int,
+    rank_samples: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
-    """Totals and rates of a message benchmark from its per-iteration times (seconds)."""
+    """Totals and rates of a message benchmark from its per-iteration times (seconds).
+
+    `samples` are the slowest rank's time per iteration (p50, p95).  The totals take the
+    slowest rank's whole timed region from `rank_samples` when given: summing per-iteration
+    maxima would count a stall twice when two ranks see it in neighbouring iterations.
+    """
     _positive(messages_per_iteration, "messages_per_iteration")
     if not samples:
         raise ValueError("no samples")
     k = messages_per_iteration
-    total_s = float(sum(samples))
+    total_s = float(max(sum(r) for r in rank_samples) if rank_samples else sum(samples))
     messages = k * len(samples)
     ordered = sorted(samples)
     p50, p95 = percentile(ordered, 50), percentile(ordered, 95)
@@ -106,7 +113,9 @@ def record_rates(record: dict[str, Any]) -> dict[str, Any]:
     samples = record.get("samples") or []
     if not k or not samples or not record.get("nbytes"):
         return {}
-    out = message_rates(samples, int(k), int(record["nbytes"]))
+    out = message_rates(samples, int(k), int(record["nbytes"]), record.get("rank_samples"))
     if figures.get("round_trip"):
         out.update(one_way_latency(samples))
+        # The mean over the same timed region the totals use.
+        out["one_way_mean_us"] = 1e6 * out["total_s"] / len(samples) / 2
     return out
