@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .base import Route, Transport
@@ -21,8 +22,13 @@ class ProcessGroupTransport(Transport):
     name = "process_group"
 
     def __init__(self, distbench: Any) -> None:
+        """Made in every rank of the world (idle ranks too): see the NCCL note below."""
         self.group = distbench.group
         self.grouped = distbench.backend == "nccl"
+        if self.grouped:
+            # batch_isend_irecv must not be the first NCCL call of the group unless every
+            # rank takes part; one collective over all ranks sets the communicator up.
+            dist.all_reduce(torch.zeros(1, device=distbench.device), group=self.group)
 
     def send(self, tensor, peer: int) -> None:
         dist.send(tensor, peer, group=self.group)
