@@ -223,3 +223,47 @@ def test_bad_window_or_size_sum_is_a_usage_error(distbench_run, option, message)
                            option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_a_rank_failing_mid_transfer_is_reported_and_the_world_recovers(pytester, distbench_run):
+    pytester.makepyfile(
+        test_breaks="""
+        import pytest
+        from pytest_distbench.families.transports.process_group import ProcessGroupTransport
+        from pytest_distbench.families.message_rate.harness import run_message_rate
+
+        pytestmark = pytest.mark.distbench(iterations=20, warmup=1, timeout="20s")
+
+
+        class BreaksInRank1(ProcessGroupTransport):
+            calls = 0
+
+            def send(self, tensor, peer):
+                BreaksInRank1.calls += 1
+                if self.rank == 1 and BreaksInRank1.calls == 300:  # in the timed region
+                    raise RuntimeError("link broke mid-transfer")
+                super().send(tensor, peer)
+
+            def __init__(self, distbench):
+                super().__init__(distbench)
+                self.rank = distbench.rank
+
+
+        def test_breaks(distbench):
+            run_message_rate(distbench, "client_to_computation", 1, 8,
+                             transport=BreaksInRank1(distbench))
+
+
+        def test_after(distbench):
+            run_message_rate(distbench, "client_to_computation", 1, 8)
+        """
+    )
+    result = distbench_run("--distbench", "--world-size=2", timeout=180)
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    assert "rank 1 raised" in out and "link broke mid-transfer" in out
+    assert "in receive_rounds" in out  # where, in the message loop
+    # Rank 0 waits for an acknowledgement that never comes: stopped, and a new world serves
+    # the next test.
+    assert "ranks [0] were still running after that and were stopped" in out
+    assert out.count("gloo ws2 cpu") == 2
