@@ -225,3 +225,27 @@ def test_message_loop_keeps_nothing_per_message(leader):
     large = _blocks_during(message_loop(endpoint, 10, 1000), 200)  # 2 000 000 messages
     # Nothing accumulates, and 100 x the messages does not add allocations.
     assert small < 50 and large < 50
+
+
+# --- names -----------------------------------------------------------------------
+
+
+def test_unknown_transport_or_path_is_named():
+    from types import SimpleNamespace
+
+    from pytest_distbench.families.message_rate.harness import run_message_rate
+    from pytest_distbench.families.transports import make_transport
+
+    with pytest.raises(ValueError, match="unknown transport 'carrier pigeon'.*process_group"):
+        make_transport("carrier pigeon", None)
+    with pytest.raises(ValueError, match="unknown path 'sideways'.*client_to_computation"):
+        run_message_rate(SimpleNamespace(world_size=3, rank=0), "sideways", 1, 1)
+
+
+def test_paths_say_how_many_ranks_they_need():
+    from pytest_distbench.families.message_rate.paths import PATHS
+
+    assert {n: p.min_ranks for n, p in PATHS.items()} == {
+        "client_to_computation": 2, "computation_to_client": 2, "computation_to_computation": 3}
+    assert PATHS["computation_to_computation"].skip_reason(3) is None
+    assert "this world has 2" in PATHS["computation_to_computation"].skip_reason(2)
