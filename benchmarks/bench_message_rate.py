@@ -1,12 +1,18 @@
 """Message rate through the plugin vs the same loop written by hand, side by side in one run.
 
     python benchmarks/bench_message_rate.py [--rounds 5] [--messages 20000] [--budget 3s]
+                                            [--in-world-only]
 
 Prints, on this machine:
+  0. messages/s at 1 B, credits 1 and 10, of the plugin's message loop (run_message_rate
+     through distbench.measure) and of the same loop written by hand, inside the same two rank
+     processes of one plugin world, alternating (2 x rounds rounds, each order half the time):
+     the harness alone, with the machine and the process placement identical;
   1. messages/s at 1 B, credits 1 and credits 10, client_to_computation in a 2-rank gloo
      world: through the plugin (a pytest session running the built-in test_message_rate) and
-     the same algorithm written by hand with torch alone (two processes, pinned to CPUs 0 and
-     1 as the plugin pins its ranks), alternating, and the ratio plugin / hand per credits;
+     the same algorithm written by hand with torch alone (two processes whose main threads are
+     pinned to CPUs 0 and 1 after the group is up, as the plugin places its ranks),
+     alternating, and the ratio plugin / hand per credits;
   2. what the harness itself costs per message: the plugin's message loop and the same loop
      by hand run over a transport that moves nothing, and the clock read per iteration spread
      over an iteration's messages.
@@ -74,9 +80,11 @@ def hand_rank(rank: int, store: str, messages: int) -> None:
     import torch
     import torch.distributed as dist
 
-    os.sched_setaffinity(0, {rank % os.cpu_count()})
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=120))
+    # The plugin's placement (--distbench-bind=core): after the group is up, only the main
+    # thread is pinned, to CPU `rank`; gloo's I/O threads stay free.
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank % len(os.sched_getaffinity(0))]})
     results = {}
     for credits in CREDITS:
         payload = torch.ones(NBYTES, dtype=torch.uint8)
@@ -106,6 +114,78 @@ def hand_rates(tmp: Path, messages: int) -> dict[int, float]:
     if any(p.returncode for p in procs):
         sys.exit("hand-written loop failed")
     return {int(k): v for k, v in json.loads(outputs[0]).items()}
+
+
+IN_WORLD_TEST = """
+import json, time
+import pytest, torch, torch.distributed as dist
+from pytest_distbench.families.message_rate.harness import run_message_rate
+
+MESSAGES = {messages}
+CREDITS = {credits}
+OUT = {out!r}
+
+
+def hand_loop(rank, credits, payload, inbox, ack, rounds):
+{hand_loop}
+
+
+@pytest.mark.parametrize("i", range({rounds}))
+@pytest.mark.parametrize("credits", CREDITS)
+def test_in_world(distbench, credits, i):
+    rank = distbench.rank
+    payload = torch.ones(1, dtype=torch.uint8)
+    inbox = [torch.zeros(1, dtype=torch.uint8) for _ in range(credits)]
+    ack = torch.ones(1, dtype=torch.uint8)
+
+    def by_hand():
+        hand_loop(rank, credits, payload, inbox, ack, max(1, 200 // credits))  # warm-up
+        dist.barrier()
+        rounds = max(1, MESSAGES // credits)
+        began = time.perf_counter()
+        hand_loop(rank, credits, payload, inbox, ack, rounds)
+        rate = rounds * credits / (time.perf_counter() - began)
+        if rank == 0:
+            with open(OUT, "a") as f:
+                f.write(json.dumps([credits, i, rate]) + "\\n")
+
+    # Alternate which goes first, so a drift in machine load does not favour one side.
+    if i % 2:
+        by_hand()
+    run_message_rate(distbench, "client_to_computation", credits, {nbytes})
+    if not i % 2:
+        by_hand()
+"""
+
+
+def in_world(tmp: Path, rounds: int, messages: int, budget: str) -> None:
+    """The plugin's loop and the hand loop in the same rank processes, alternating."""
+    import inspect
+
+    hand_source = inspect.getsource(hand_loop).split(chr(10), 2)[2]  # the body
+    out, rates = tmp / "hand.jsonl", tmp / "in_world.json"
+    (tmp / "test_in_world.py").write_text(IN_WORLD_TEST.format(
+        messages=messages, credits=list(CREDITS), out=str(out), rounds=rounds, nbytes=NBYTES,
+        hand_loop=hand_source))
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
+           "--world-size=2", f"--distbench-budget={budget}", "--distbench-max-iterations=100000",
+           f"--distbench-json={rates}", "test_in_world.py"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
+    if result.returncode != 0:
+        sys.exit(f"in-world session failed:\n{result.stdout}\n{result.stderr}")
+    hand = {(c, i): r for c, i, r in map(json.loads, out.read_text().splitlines())}
+    plugin = {}
+    for b in json.loads(rates.read_text())["benchmarks"]:
+        r = b["distbench"]
+        plugin[(r["params"]["credits"], r["params"]["i"])] = r["figures"]["msgs_per_s"]
+    print("in the same world (same processes, alternating per round):")
+    for c in CREDITS:
+        ratios = [plugin[(c, i)] / hand[(c, i)] for i in range(rounds)]
+        mine = statistics.median(plugin[(c, i)] for i in range(rounds))
+        theirs = statistics.median(hand[(c, i)] for i in range(rounds))
+        print(f"  credits {c:>2}: plugin {mine:,.0f} msgs/s, hand {theirs:,.0f} msgs/s; "
+              f"ratio plugin/hand median {statistics.median(ratios):.3f} (per round: "
+              f"{', '.join(f'{x:.3f}' for x in ratios)})")
 
 
 class NullTransport:
@@ -171,12 +251,19 @@ def main() -> None:
     parser.add_argument("--budget", default="3s")
     parser.add_argument("--hand-rank", type=int, default=None)
     parser.add_argument("--store", default=None)
+    parser.add_argument("--in-world-only", action="store_true",
+                        help="skip the whole-session vs standalone-process comparison")
     args = parser.parse_args()
     if args.hand_rank is not None:
         hand_rank(args.hand_rank, args.store, args.messages)
         return
-    print(f"message rate at {NBYTES} B, client_to_computation, 2-rank gloo world, "
-          f"{args.rounds} alternating rounds (plugin budget {args.budget}, hand "
+    with tempfile.TemporaryDirectory() as name:
+        in_world(Path(name), args.rounds * 2, args.messages, args.budget)
+    if args.in_world_only:
+        report_overhead()
+        return
+    print(f"whole plugin sessions vs standalone processes: {NBYTES} B, client_to_computation, "
+          f"2-rank gloo world, {args.rounds} alternating rounds (plugin budget {args.budget}, hand "
           f"{args.messages} messages per credits)")
     plugin: dict[int, list[float]] = {c: [] for c in CREDITS}
     hand: dict[int, list[float]] = {c: [] for c in CREDITS}
@@ -199,6 +286,10 @@ def main() -> None:
               f"{statistics.median(hand[c]):,.0f} msgs/s; ratio plugin/hand median "
               f"{statistics.median(ratios):.3f} (per round: "
               f"{', '.join(f'{r:.3f}' for r in ratios)})")
+    report_overhead()
+
+
+def report_overhead() -> None:
     for c in CREDITS:
         loop, by_hand, clock = harness_overhead(c)
         print(f"harness cost per message, credits {c:>2} (null transport): plugin loop "
