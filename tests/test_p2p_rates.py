@@ -249,3 +249,37 @@ def test_paths_say_how_many_ranks_they_need():
         "client_to_computation": 2, "computation_to_client": 2, "computation_to_computation": 3}
     assert PATHS["computation_to_computation"].skip_reason(3) is None
     assert "this world has 2" in PATHS["computation_to_computation"].skip_reason(2)
+
+
+# --- payload patterns and the wrong-byte count -------------------------------------
+
+
+@FAST
+@given(st.integers(0, 300), st.integers(0, 70), st.integers(2, 5000))
+def test_patterns_are_never_zero_and_tell_senders_slots_and_shifts_apart(source, slot, nbytes):
+    import torch
+
+    from pytest_distbench.families.p2p.harness import pattern
+
+    p = pattern(source, slot, nbytes)
+    assert p.dtype == torch.uint8 and p.numel() == nbytes and bool((p != 0).all())
+    assert not torch.equal(p[1:], p[:-1])  # a message shifted by one byte is wrong
+    assert not torch.equal(p, pattern(source + 1, slot, nbytes))
+    assert not torch.equal(p, pattern(source, slot + 1, nbytes))
+
+
+def test_wrong_bytes_counts_exactly_what_differs():
+    import torch
+
+    from pytest_distbench.families.p2p.harness import make_endpoint, pattern
+
+    e = make_endpoint(NullTransport(), 0, 1, False, 3, 100, torch.device("cpu"))
+    assert e.wrong_bytes() == 300  # nothing arrived yet: every byte of 3 slots
+    for slot, buffer in enumerate(e.recv_slots):
+        buffer.copy_(pattern(1, slot, 100))
+    assert e.wrong_bytes() == 0
+    e.recv_slots[2][7] ^= 1
+    e.recv_slots[0][:5] = pattern(0, 0, 5)  # bytes from the wrong sender
+    assert e.wrong_bytes() == 1 + int((pattern(0, 0, 5) != pattern(1, 0, 5)).sum())
+    e.clear()
+    assert e.wrong_bytes() == 300

@@ -32,6 +32,7 @@ from .rates import effective_window, record_rates, slot_count
 __all__ = [
     "Endpoint",
     "PointToPoint",
+    "make_endpoint",
     "measure_messages",
     "pattern",
     "run_p2p",
