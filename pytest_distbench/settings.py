@@ -92,7 +92,8 @@ CORE_SETTINGS = (
     Setting("backend", "--backend", "gloo", _backends,
             "process-group backends: gloo, nccl, mpi, or a list"),
     Setting("tensor_size", "--tensor-size", "4B:64MiB:x4", units.parse_size_list,
-            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4)",
+            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4); "
+            "a size may be a sum (1MiB+1B)",
             param="nbytes", param_id=units.size_id),
     Setting("credits", "--distbench-credits", "1,10", lambda t: units.parse_positive_int_list(
         t, "credits"), "messages in flight before an acknowledgement is required "
@@ -120,6 +121,7 @@ FAMILY_OPTION_MODULES: tuple[str, ...] = (
     "pytest_distbench.families.rpc.options",
     "pytest_distbench.families.store.options",
     "pytest_distbench.harness.options",  # duration, live reports, pressure
+    "pytest_distbench.families.p2p.options",
 )
 
 

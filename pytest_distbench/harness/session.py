@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ..results import stats
+from ..results.derived import completed_figures
 from ..settings import Settings
 from . import options
 from .live import LivePrinter
@@ -347,4 +348,5 @@ def build_records(
                 "pressure": _pressure_record(ms),
             }
         )
+        records[-1]["figures"] = completed_figures(records[-1])
     return records

@@ -76,7 +76,30 @@ _MAX_DIGITS = 40
 
 
 def parse_size(text: str) -> int:
-    """Parse a positive byte count such as ``4096``, ``4KiB``, ``1.5 MB`` or ``4K``."""
+    """Parse a positive byte count such as ``4096``, ``4KiB``, ``1.5 MB`` or ``4K``.
+
+    A sum of sizes, ``1MiB+1B``, is the exact total (1048577): the way to say "one byte past
+    a power of two", as message-rate tools take a size in megabytes plus bytes.
+    """
+    terms = text.strip().split("+")
+    if len(terms) > 2 or (len(terms) == 2 and terms[0].strip()):
+        # A leading "+" is a sign ("+5"); any other "+" separates terms of a sum.
+        if not terms[0].strip():
+            terms = terms[1:]
+        total = 0
+        for term in terms:
+            if not term.strip():
+                raise ValueError(f"invalid size {text!r}: empty term in a sum such as 1MiB+1B")
+            try:
+                total += _parse_one_size(term)
+            except ValueError as exc:
+                raise ValueError(f"invalid size {text!r}: in term {term.strip()!r}: "
+                                 f"{str(exc).split(': ', 1)[-1]}") from None
+        return total
+    return _parse_one_size(text)
+
+
+def _parse_one_size(text: str) -> int:
     m = _SIZE_RE.fullmatch(text.strip())
     sign, whole, frac, unit = m.groups(default="") if m else ("", "", "", "")
     if not (whole or frac):

@@ -1,0 +1,116 @@
+"""Result tables of the message families (no torch): OSU style for p2p, arras style for
+message rate.  Registered with results.table by the family harnesses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from ...results import units
+
+_ALIGN = "right"
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    """Fixed decimals, but never a rate of 1-byte messages printed as 0.00 MB/s."""
+    if value is None:
+        return "-"
+    if 0 < abs(value) < 1:
+        return f"{value:.3g}"
+    return f"{value:,.{digits}f}"
+
+
+def _wrong(record: dict[str, Any]) -> str:
+    return "N/A" if record.get("wrong") is None else str(record["wrong"])
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=(_ALIGN,) * len(headers))
+
+
+def render_osu(records: list[dict[str, Any]]) -> str:
+    """One p2p family (latency, bandwidth, bibw or pairs) of one backend and world."""
+    records = sorted(records, key=lambda r: (r["nbytes"] or 0, r["id"]))
+    if any((r.get("figures") or {}).get("round_trip") for r in records):
+        return _latency(records)
+    return _rates(records)
+
+
+def _latency(records: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        f = r.get("figures") or {}
+        rows.append([
+            str(r["nbytes"]),
+            units.format_duration_us(f.get("one_way_us", float("nan")) / 1e6),
+            units.format_duration_us(f.get("one_way_p95_us", float("nan")) / 1e6),
+            units.format_duration_us(f.get("one_way_mean_us", float("nan")) / 1e6),
+            _wrong(r),
+            str(r["iterations"]),
+        ])
+    headers = ["size (B)", "one-way p50 (us)", "one-way p95 (us)", "one-way mean (us)",
+               "#wrong", "iters"]
+    return (_table(rows, headers)
+            + "\n# one-way latency = round trip / 2 (ping-pong, slowest rank per round trip)")
+
+
+def _rates(records: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        f = r.get("figures") or {}
+        rows.append([
+            str(r["nbytes"]),
+            str(f.get("window", "-")),
+            str(f.get("pairs", "-")),
+            _fmt(f.get("mbps")),
+            _fmt(f.get("mbps_p50")),
+            _fmt(f.get("mbps_p95")),
+            _fmt(f.get("msgs_per_s"), 0),
+            _fmt(f.get("msgs_per_s_p50"), 0),
+            _fmt(f.get("msgs_per_s_p95"), 0),
+            _wrong(r),
+            str(r["iterations"]),
+        ])
+    headers = ["size (B)", "window", "pairs", "MB/s", "MB/s p50", "MB/s p95", "msgs/s",
+               "msgs/s p50", "msgs/s p95", "#wrong", "iters"]
+    return (_table(rows, headers)
+            + "\n# MB/s = 1e6 B/s over all pairs (and both directions for bibw); plain columns "
+              "= total messages / total time; p50/p95 = rate of the median / 95th-percentile "
+              "(slower) window")
+
+
+PATH_ORDER = ("client_to_computation", "computation_to_client", "computation_to_computation")
+
+
+def _path_rank(path: str) -> int:
+    return PATH_ORDER.index(path) if path in PATH_ORDER else len(PATH_ORDER)
+
+
+def render_arras(records: list[dict[str, Any]]) -> str:
+    """Message rate by path, size and credits, with the seed's totals."""
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        f = r.get("figures") or {}
+        return (_path_rank(f.get("path", "")), f.get("path", ""), r["nbytes"] or 0,
+                f.get("credits", 0), r["id"])
+
+    rows = []
+    for r in sorted(records, key=key):
+        f = r.get("figures") or {}
+        rows.append([
+            str(f.get("path", "-")),
+            str(r["nbytes"]),
+            str(f.get("credits", "-")),
+            _fmt(f.get("msgs_per_s")),
+            _fmt(f.get("us_per_msg")),
+            _fmt(f.get("mbps")),
+            str(f.get("total_messages", "-")),
+            _fmt(f.get("total_s")),
+            _wrong(r),
+        ])
+    headers = ["path", "size (B)", "credits", "msgs/s", "us/msg", "MB/s", "msgs", "time (s)",
+               "#wrong"]
+    return (_table(rows, headers)
+            + "\n# totals over the timed region: msgs/s = msgs / time, us/msg = time / msgs, "
+              "MB/s = 1e6 B/s; credits = messages sent before an acknowledgement is awaited")
