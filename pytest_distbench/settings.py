@@ -193,7 +193,10 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             where: str = "") -> Settings:
     """Resolve every setting; raise pytest.UsageError naming the source of a bad value."""
     marker = dict(marker or {})
-    unknown = sorted(set(marker) - set(_BY_NAME))
+    # `defaults={...}`: a suite's own defaults, used where neither the command line nor the
+    # ini file says anything (unlike a plain keyword, they never narrow what the user asks).
+    suite_defaults = dict(marker.pop("defaults", None) or {})
+    unknown = sorted((set(marker) | set(suite_defaults)) - set(_BY_NAME))
     if unknown:
         raise pytest.UsageError(
             f"@pytest.mark.distbench{where}: unknown argument(s) {', '.join(unknown)}; "
@@ -212,6 +215,9 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             text, source = cli, s.option
         elif config.getini(s.ini) not in (None, "", []):
             text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
+        elif s.name in suite_defaults:
+            text = _as_text(suite_defaults[s.name])
+            source = f"@pytest.mark.distbench(defaults={{{s.name!r}: ...}}){where}"
         else:
             text = config.stash.get(RUN_DEFAULTS, {}).get(s.name, s.default)
             source = f"default of {s.option}"

@@ -79,3 +79,40 @@ def test_record_with_unequal_sample_counts_fails(pytester, distbench_run):
     result = distbench_run("--distbench", "--world-size=2")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*different distbench.measure() calls*"])
+
+
+def test_suite_defaults_apply_only_where_the_user_says_nothing(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.distbench(defaults={"tensor_size": "1KiB,2KiB"})
+
+        def test_sized(distbench, nbytes):
+            distbench.measure(lambda: None, nbytes=nbytes, family="probe")
+        """
+    )
+    own = distbench_run("--distbench", "--distbench-iterations=2", "-v")
+    own.assert_outcomes(passed=2)
+    own.stdout.fnmatch_lines(["*test_sized*1KiB*PASSED*", "*test_sized*2KiB*PASSED*"])
+    # A size the suite's defaults do not list still runs: defaults never narrow.
+    asked = distbench_run("--distbench", "--distbench-iterations=2", "--tensor-size=1MiB+1B",
+                          "-v")
+    asked.assert_outcomes(passed=1)
+    asked.stdout.fnmatch_lines(["*test_sized*PASSED*"])
+    assert "1KiB" not in asked.stdout.str()
+
+
+def test_unknown_suite_default_is_named(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.distbench(defaults={"tensor_sizes": "1KiB"})
+        def test_sized(distbench):
+            pass
+        """
+    )
+    result = distbench_run("--distbench")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*unknown argument(s) tensor_sizes*"])

@@ -5,13 +5,16 @@
 
 A path that needs more ranks than the world has (computation_to_computation needs 3) skips
 with the reason.  Credits come from ``--distbench-credits``, sizes from ``--tensor-size``.
+Without ``--tensor-size`` or ``--distbench-budget`` the suite runs its own smaller sweep (1 B,
+1 KiB, 64 KiB, 1 MiB at 0.25 s per point) so that the main job stays short.
 """
 
 import pytest
 
 from pytest_distbench.families.message_rate.harness import PATHS, run_message_rate
 
-pytestmark = pytest.mark.distbench
+pytestmark = pytest.mark.distbench(
+    defaults={"tensor_size": "1B,1KiB,64KiB,1MiB", "budget": "0.25s"})
 
 
 @pytest.mark.parametrize("path", list(PATHS))
