@@ -85,7 +85,7 @@ def _die_with_controller(lifeline: Connection) -> None:
 
 
 class _Rank:
-    def __init__(self, spec: RankSpec, conn: Connection) -> None:
+    def __init__(self, spec: RankSpec, conn: Connection | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -174,7 +174,8 @@ class _Rank:
             group=self.group,
             control_group=self.control,
             settings=task.settings,
-            progress=self.send_progress if self.spec.rank == 0 else None,
+            # Launcher mode has no controller pipe: no live reports there (yet).
+            progress=self.send_progress if self.spec.rank == 0 and self.conn else None,
             pressure_cpus=self.process_cpus,
         )
 
