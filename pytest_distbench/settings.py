@@ -43,7 +43,9 @@ def _dtype(text: str) -> str:
     return DTYPES[name]
 
 
-def _count(minimum: int) -> Callable[[str], int]:
+def parse_count(minimum: int) -> Callable[[str], int]:
+    """A parser of integers >= minimum, for settings that are counts."""
+
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
@@ -64,7 +66,7 @@ def _bind(text: str) -> str:
 
 
 def _optional_count(text: str) -> int | None:
-    return None if text.strip().lower() in ("", "auto") else _count(1)(text)
+    return None if text.strip().lower() in ("", "auto") else parse_count(1)(text)
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,12 @@ CORE_SETTINGS = (
         t, "credits"), "messages in flight before an acknowledgement is required "
         "(1 = synchronous), a list", param="credits", param_id=lambda n: f"credits{n}"),
     Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors"),
-    Setting("warmup", "--distbench-warmup", "5", _count(0), "untimed warm-up iterations"),
+    Setting("warmup", "--distbench-warmup", "5", parse_count(0), "untimed warm-up iterations"),
     Setting("iterations", "--distbench-iterations", "auto", _optional_count,
             "timed iterations per point; 'auto' calibrates to --distbench-budget"),
-    Setting("min_iterations", "--distbench-min-iterations", "30", _count(1),
+    Setting("min_iterations", "--distbench-min-iterations", "30", parse_count(1),
             "fewest timed iterations when calibrating"),
-    Setting("max_iterations", "--distbench-max-iterations", "10000", _count(1),
+    Setting("max_iterations", "--distbench-max-iterations", "10000", parse_count(1),
             "most timed iterations when calibrating"),
     Setting("budget", "--distbench-budget", "1s", units.parse_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),

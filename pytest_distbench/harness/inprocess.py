@@ -25,7 +25,7 @@ import pytest
 from ..settings import Settings, resolve
 from . import hang
 from .launcher import LaunchEnv
-from .session import DistbenchSession, _task_for, build_records
+from .session import DistbenchSession, _task_for, build_records, fail_on_wrong_results
 from .storechannel import StoreChannel, StoreLost, open_store
 from .wire import Measurement, RankSpec, TestOutcome
 from .world import RunResult, WorldKey, prefix_output
@@ -307,14 +307,7 @@ class LauncherSession(DistbenchSession):
             for r, o in posted.items()})
         records = build_records(item, key, result, settings)
         self.records.extend(records)
-        wrong = sum(r["wrong"] or 0 for r in records)
-        if wrong:
-            pytest.fail(
-                f"{wrong} wrong element(s) in the checked result "
-                f"({', '.join(r['id'] for r in records if r['wrong'])}): "
-                "a collective that computes the wrong answer is a failure, not a fast number",
-                pytrace=False,
-            )
+        fail_on_wrong_results(records)
         self.gate_check(item, records, settings)
 
     def _report_hang(self, running: hang.Running) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..results import units
-from ..settings import Setting
+from ..settings import Setting, parse_count
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -32,19 +32,6 @@ def _optional_size(text: str) -> int:
     return 0 if text.strip().lower() in ("", "0", "off", "none") else units.parse_size(text)
 
 
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError(f"invalid count {text!r}: expected an integer") from None
-        if value < minimum:
-            raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
-        return value
-
-    return parse
-
-
 def parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in _TRUE:
@@ -61,7 +48,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("report_every", "--distbench-report-every", "auto", _report_every,
             "print a live line (Time/Msgs/Rate ... TOTALS ...) this often while a measurement "
             "runs; 'auto' = every 5s in duration runs, 'off' = never"),
-    Setting("cpu_threads", "--distbench-cpu-threads", "0", _int_at_least(0),
+    Setting("cpu_threads", "--distbench-cpu-threads", "0", parse_count(0),
             "busy threads run in the pressured ranks during the timed region"),
     Setting("allocate", "--distbench-allocate", "0", _optional_size,
             "memory each pressured rank allocates for the timed region (e.g. 2GiB); "
@@ -71,9 +58,9 @@ SETTINGS: tuple[Setting, ...] = (
             "region, or once before it with --distbench-touch-once"),
     Setting("touch_once", "--distbench-touch-once", "false", parse_bool,
             "write the touched memory once (resident, no ongoing memory traffic)", flag=True),
-    Setting("log_threads", "--distbench-log-threads", "12", _int_at_least(1),
+    Setting("log_threads", "--distbench-log-threads", "12", parse_count(1),
             "threads sharing --distbench-log-lines"),
-    Setting("log_lines", "--distbench-log-lines", "0", _int_at_least(0),
+    Setting("log_lines", "--distbench-log-lines", "0", parse_count(0),
             "80-character lines written to stderr as fast as possible by the log threads of "
             "each pressured rank during the timed region"),
     Setting("print_env", "--distbench-print-env", "false", parse_bool,

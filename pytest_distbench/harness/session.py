@@ -167,15 +167,20 @@ class DistbenchSession:
                 record["live_reports"] = reports
         _add_environment_section(item, records)
         self.records.extend(records)
-        wrong = sum(r["wrong"] or 0 for r in records)
-        if wrong:
-            pytest.fail(
-                f"{wrong} wrong element(s) in the checked result "
-                f"({', '.join(r['id'] for r in records if r['wrong'])}): "
-                "a collective that computes the wrong answer is a failure, not a fast number",
-                pytrace=False,
-            )
+        fail_on_wrong_results(records)
         return records
+
+
+def fail_on_wrong_results(records: list[dict[str, Any]]) -> None:
+    """A benchmark whose checked result is wrong fails: it is not a fast number."""
+    wrong = sum(r["wrong"] or 0 for r in records)
+    if wrong:
+        pytest.fail(
+            f"{wrong} wrong element(s) in the checked result "
+            f"({', '.join(r['id'] for r in records if r['wrong'])}): "
+            "a collective that computes the wrong answer is a failure, not a fast number",
+            pytrace=False,
+        )
 
 
 def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
