@@ -266,6 +266,14 @@ def _style_axes(ax: Any, spec: PlotSpec, panel: Any, xs: Sequence[float]) -> Non
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(_number_tick))
     elif spec.x_axis.log:
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(_number_tick))
+    if xs and len(set(xs)) == 1:
+        # One point (a single world size, one credit count): centre it instead of leaving it
+        # on the edge of an axis matplotlib cannot size from one value.
+        (x,) = set(xs)
+        if spec.x_axis.log:
+            ax.set_xlim(x / 2, x * 2)
+        else:
+            ax.set_xlim(x - 1, x + 1)
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
 

@@ -175,7 +175,9 @@ register(PlotSpec(
 ))
 register(PlotSpec(
     name="store_ops", families=("store_ops",), x=CLIENTS, x_axis=Axis("clients", "connections"),
-    series=("params.store_backend", "figures.op"), split=("family", "world_size"),
-    panels=(Panel("store operation latency", TIME_US, (TIME,)),),
+    # One file per operation: fourteen lines (7 operations x 2 backends) in one panel hide
+    # each other; set and multi_set only send, the rest are round trips.
+    series=("params.store_backend",), split=("family", "world_size", "figures.op"),
+    panels=(Panel("store operation latency", Axis("latency per operation", "us"), (TIME,)),),
     headline=(Headline("p50", TIME, "us"),), title="{family} ({world_size} ranks)", note=P50,
 ))
