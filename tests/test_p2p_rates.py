@@ -171,9 +171,10 @@ def test_osu_rate_and_arras_tables():
     row = tables.render_osu([bw]).splitlines()[2].split()
     assert row[:4] == ["1000", "64", "1", "64.00"]  # 64 x 1000 B in 1 ms = 64 MB/s
     mr = _record("message_rate", 1, [0.5, 0.5], {"messages_per_iteration": 100, "credits": 10,
-                                                 "path": "computation_to_client"}, wrong=3)
+                                                 "path": "computation_to_client",
+                                                 "transport": "rpc"}, wrong=3)
     row = tables.render_arras([mr]).splitlines()[2].split()
-    assert row == ["computation_to_client", "1", "10", "200.00", "5,000.00", "0.0002", "200",
+    assert row == ["rpc", "computation_to_client", "1", "10", "200.00", "5,000.00", "0.0002", "200",
                    "1.00", "3"]
 
 

@@ -80,6 +80,7 @@ def test_message_rate_paths_and_credits_skip_when_ranks_are_too_few(pytester, di
     out = pytester.path / "out.json"
     result = distbench_run(
         "--distbench", "--pyargs", "pytest_distbench.suites.test_message_rate",
+        "-k", "not rpc",
         "--world-size=2", "--tensor-size=1B", "--distbench-credits=1,3", "-rs",
         f"--distbench-json={out}", *FAST,
     )
@@ -267,3 +268,39 @@ def test_a_rank_failing_mid_transfer_is_reported_and_the_world_recovers(pytester
     # the next test.
     assert "ranks [0] were still running after that and were stopped" in out
     assert out.count("gloo ws2 cpu") == 2
+
+
+def test_message_rate_over_rpc_counts_every_message_and_checks_it(pytester, distbench_run):
+    out = pytester.path / "out.json"
+    result = distbench_run(
+        "--distbench", "--pyargs", "pytest_distbench.suites.test_message_rate",
+        "-k", "rpc and not computation_to_computation", "--world-size=2",
+        "--tensor-size=1KiB", "--distbench-credits=1,4", f"--distbench-json={out}", *FAST,
+    )
+    result.assert_outcomes(passed=4)
+    records = _records(out)
+    assert {(r["figures"]["path"], r["figures"]["credits"]) for r in records} == {
+        (p, c) for p in ("client_to_computation", "computation_to_client") for c in (1, 4)}
+    for r in records:
+        f = r["figures"]
+        assert f["transport"] == "rpc"
+        assert r["wrong"] == 0
+        assert r["nbytes"] == 1024
+        assert f["messages_per_iteration"] == f["credits"] * math.ceil(64 / f["credits"])
+        assert f["msgs_per_s"] > 0
+
+
+def test_rpc_transport_without_an_agent_says_what_is_missing(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_distbench.families.message_rate.harness import run_message_rate
+
+        @pytest.mark.distbench
+        def test_no_agent(distbench):
+            run_message_rate(distbench, "client_to_computation", 1, 8, transport="rpc")
+        """
+    )
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the rpc transport needs RPC up in every rank*rpc_agent*"])

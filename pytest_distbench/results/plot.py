@@ -107,6 +107,8 @@ def _file_stem(group: Group) -> str:
     parts = []
     for key, value in group.key:
         short = key.rsplit(".", 1)[-1]
+        if value is None:  # a split key this family's records do not carry
+            continue
         if short == "family":
             parts.append(str(value))
         elif short == "world_size":
@@ -141,7 +143,8 @@ def _title(group: Group) -> str:
     fields = {k: v for k, v in first.items() if isinstance(v, (str, int, float))}
     title = group.spec.title.format_map(_Missing(fields))
     shown = {"family", "backend", "world_size"} & set(re.findall(r"{(\w+)}", group.spec.title))
-    extra = [_show(k, v) for k, v in group.key if k.rsplit(".", 1)[-1] not in shown | {"family"}]
+    extra = [_show(k, v) for k, v in group.key
+             if v is not None and k.rsplit(".", 1)[-1] not in shown | {"family"}]
     return title + (f"  [{', '.join(extra)}]" if extra else "")
 
 

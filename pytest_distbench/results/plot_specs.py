@@ -95,7 +95,7 @@ register(PlotSpec(
 register(PlotSpec(
     name="message_rate", families=("message_rate",), x=Value("credits", field="params.credits"),
     x_axis=Axis("credits (messages in flight)"), series=("params.path",),
-    split=("family", "backend", "world_size"),
+    split=("family", "backend", "world_size", "figures.transport"),
     panels=(Panel("message rate", Axis("message rate", "msgs/s"), (MSGS,)),
             Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS,))),
     headline=(Headline("", MSGS, "msgs/s"), Headline("", MBPS, "MB/s")),

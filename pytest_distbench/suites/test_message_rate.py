@@ -20,3 +20,9 @@ pytestmark = pytest.mark.distbench(
 @pytest.mark.parametrize("path", list(PATHS))
 def test_message_rate(distbench, path, credits, nbytes):
     run_message_rate(distbench, path, credits, nbytes)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_message_rate_rpc(distbench, rpc_agent, path, credits, nbytes):
+    # The same paths and credits with every message an RPC (torch.distributed.rpc, TensorPipe).
+    run_message_rate(distbench, path, credits, nbytes, transport="rpc")

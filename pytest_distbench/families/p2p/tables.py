@@ -92,13 +92,14 @@ def render_arras(records: list[dict[str, Any]]) -> str:
     """Message rate by path, size and credits, with the seed's totals."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         f = r.get("figures") or {}
-        return (_path_rank(f.get("path", "")), f.get("path", ""), r["nbytes"] or 0,
-                f.get("credits", 0), r["id"])
+        return (str(f.get("transport", "")), _path_rank(f.get("path", "")), f.get("path", ""),
+                r["nbytes"] or 0, f.get("credits", 0), r["id"])
 
     rows = []
     for r in sorted(records, key=key):
         f = r.get("figures") or {}
         rows.append([
+            str(f.get("transport", "-")),
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
@@ -109,8 +110,8 @@ def render_arras(records: list[dict[str, Any]]) -> str:
             _fmt(f.get("total_s")),
             _wrong(r),
         ])
-    headers = ["path", "size (B)", "credits", "msgs/s", "us/msg", "MB/s", "msgs", "time (s)",
-               "#wrong"]
+    headers = ["transport", "path", "size (B)", "credits", "msgs/s", "us/msg", "MB/s", "msgs",
+               "time (s)", "#wrong"]
     return (_table(rows, headers)
             + "\n# totals over the timed region: msgs/s = msgs / time, us/msg = time / msgs, "
               "MB/s = 1e6 B/s; credits = messages sent before an acknowledgement is awaited")

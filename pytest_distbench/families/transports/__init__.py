@@ -12,6 +12,7 @@ from typing import Any
 #: Transport name -> "module:factory"; the factory takes the in-rank `distbench` object.
 TRANSPORTS: dict[str, str] = {
     "process_group": "pytest_distbench.families.transports.process_group:ProcessGroupTransport",
+    "rpc": "pytest_distbench.families.transports.rpc:RpcTransport",
 }
 
 
