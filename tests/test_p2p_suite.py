@@ -117,7 +117,7 @@ def test_computation_to_computation_runs_with_three_ranks(pytester, distbench_ru
     out = pytester.path / "out.json"
     result = distbench_run(
         "--distbench", "--pyargs", "pytest_distbench.suites.test_message_rate",
-        "-k", "computation_to_computation", "--world-size=3", "--tensor-size=1KiB+1B",
+        "-k", "computation_to_computation and not rpc", "--world-size=3", "--tensor-size=1KiB+1B",
         "--distbench-credits=2", f"--distbench-json={out}", *FAST,
     )
     result.assert_outcomes(passed=1)
