@@ -22,6 +22,8 @@ def test_message_rate(distbench, path, credits, nbytes):
     run_message_rate(distbench, path, credits, nbytes)
 
 
+# Every RPC test starts its own agents (about 9 s per test at 8 ranks here): a shorter default.
+@pytest.mark.distbench(defaults={"tensor_size": "1B,64KiB", "budget": "0.25s"})
 @pytest.mark.parametrize("path", list(PATHS))
 def test_message_rate_rpc(distbench, rpc_agent, path, credits, nbytes):
     # The same paths and credits with every message an RPC (torch.distributed.rpc, TensorPipe).
