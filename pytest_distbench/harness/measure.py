@@ -126,24 +126,12 @@ class Distbench:
             dist.barrier(group=self._control)
             wrong = int(check())
             self._synchronize()
-        self.measurements.append(
-            Measurement(
-                name=name,
-                family=family,
-                nbytes=nbytes,
-                count=count,
-                dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
-                busbw_factor=float(busbw_factor),
-                warmup=s.warmup,
-                samples=samples.tolist(),
-                wrong=wrong,
-                figures=figures,
-                peak_rss_bytes=rss.peak_bytes(),
-                duration_s=s.duration_s,
-                pressure=pressure.describe() if pressure is not None else None,
-            )
+        self._keep(
+            name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
+            busbw_factor=busbw_factor, warmup=s.warmup, samples=samples.tolist(), wrong=wrong,
+            figures=figures, duration_s=s.duration_s,
+            pressure=pressure.describe() if pressure is not None else None,
         )
-        rss.reset_peak()
 
     def record(
         self,
@@ -165,19 +153,21 @@ class Distbench:
         passes the samples it was given by the rank that timed them.
         """
         self._check_new(name, nbytes, "record")
+        self._keep(
+            name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
+            busbw_factor=busbw_factor, warmup=0, samples=[float(s) for s in samples],
+            wrong=wrong, figures=dict(figures or {}),
+        )
+
+    def _keep(self, *, dtype: str | torch.dtype | None, busbw_factor: float,
+              **fields: Any) -> None:
+        """One finished measurement, with this rank's peak RSS since the last one."""
         self.measurements.append(
             Measurement(
-                name=name,
-                family=family,
-                nbytes=nbytes,
-                count=count,
                 dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
                 busbw_factor=float(busbw_factor),
-                warmup=0,
-                samples=[float(s) for s in samples],
-                wrong=wrong,
-                figures=dict(figures or {}),
                 peak_rss_bytes=rss.peak_bytes(),
+                **fields,
             )
         )
         rss.reset_peak()
