@@ -167,38 +167,33 @@ def _torchrun(env: Mapping[str, str]) -> LaunchEnv:
 
 
 def _openmpi(env: Mapping[str, str]) -> LaunchEnv:
-    world_size = _int(env, "OMPI_COMM_WORLD_SIZE", 1)
-    rank = _int(env, "OMPI_COMM_WORLD_RANK")
-    _check(rank, world_size, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
-    local_size = _optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
-    return LaunchEnv(
-        launcher="openmpi",
-        rank=rank,
-        world_size=world_size,
-        local_rank=_optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0,
-        local_world_size=local_size,
-        master_addr=_master_for_mpi(env, local_size, world_size, "Open MPI"),
-        master_port=_port(env, DEFAULT_PORT),
-        agent_store=False,
-        run_id=env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "mpi",
-    )
+    return _mpi(env, "openmpi", "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                run_id=env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "mpi")
 
 
 def _mpich(env: Mapping[str, str]) -> LaunchEnv:
-    world_size = _int(env, "PMI_SIZE", 1)
-    rank = _int(env, "PMI_RANK")
-    _check(rank, world_size, "PMI_RANK", "PMI_SIZE")
-    local_size = _optional_int(env, "MPI_LOCALNRANKS")
+    return _mpi(env, "mpich", "the MPI launcher (PMI)", "PMI_RANK", "PMI_SIZE",
+                "MPI_LOCALRANKID", "MPI_LOCALNRANKS", run_id=env.get("PMI_KVSNAME") or "pmi")
+
+
+def _mpi(env: Mapping[str, str], launcher: str, who: str, rank_var: str, size_var: str,
+         local_rank_var: str, local_size_var: str, *, run_id: str) -> LaunchEnv:
+    """An MPI launcher's process: the same fields, under each implementation's names."""
+    world_size = _int(env, size_var, 1)
+    rank = _int(env, rank_var)
+    _check(rank, world_size, rank_var, size_var)
+    local_size = _optional_int(env, local_size_var)
     return LaunchEnv(
-        launcher="mpich",
+        launcher=launcher,
         rank=rank,
         world_size=world_size,
-        local_rank=_optional_int(env, "MPI_LOCALRANKID") or 0,
+        local_rank=_optional_int(env, local_rank_var) or 0,
         local_world_size=local_size,
-        master_addr=_master_for_mpi(env, local_size, world_size, "the MPI launcher (PMI)"),
+        master_addr=_master_for_mpi(env, local_size, world_size, who),
         master_port=_port(env, DEFAULT_PORT),
         agent_store=False,
-        run_id=env.get("PMI_KVSNAME") or "pmi",
+        run_id=run_id,
     )
 
 
