@@ -49,6 +49,7 @@ def test_work(distbench, trial):
 """
 
 TINY = ["--world-size=2", "--distbench-warmup=2"]
+BIND: list[str] = []
 
 
 BUDGET: list = ["0.05s", 10]
@@ -59,7 +60,7 @@ def session(tmp: Path, out: Path, slow: bool, extra: list[str]) -> float:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench", *TINY,
          f"--distbench-budget={BUDGET[0]}", f"--distbench-min-iterations={BUDGET[1]}",
-         f"--distbench-json={out}", *extra, "test_work.py"],
+         f"--distbench-json={out}", *BIND, *extra, "test_work.py"],
         cwd=tmp, capture_output=True, text=True, timeout=3600,
         env={**os.environ, "DISTBENCH_SLOWDOWN": "1" if slow else "0"},
     )
@@ -95,7 +96,10 @@ def main() -> None:
                         help="copy the results files here (for analysis)")
     parser.add_argument("--budget", default="0.05s")
     parser.add_argument("--min-iterations", type=int, default=10)
+    parser.add_argument("--bind", default=None, help="--distbench-bind for every session")
     args = parser.parse_args()
+    if args.bind:
+        BIND[:] = [f"--distbench-bind={args.bind}"]
     BUDGET[:] = [args.budget, args.min_iterations]
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -117,8 +117,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     mode = config.stash.get(AB_KEY, None)
     if mode is None:
         return []
-    return [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
-            f"live baseline: {mode.description}"]
+    lines = [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
+             f"live baseline: {mode.description}"]
+    bind = config.getoption("distbench_bind") or config.getini("distbench_bind") or "auto"
+    if bind.strip().lower() == "auto":
+        lines.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
+                     "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -326,20 +326,21 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
     if session is None or not is_distbench(pyfuncitem):
         return None
-    from .harness.world import WorldKey
+    from .harness.world import WorldKey, effective_bind
 
     params = pyfuncitem.callspec.params
     backend = params[BACKEND_ARG]
     resolved = _marker_settings(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
-    key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, resolved.bind)
+    from .gating import AB_KEY
+
+    ab_mode = pyfuncitem.config.stash.get(AB_KEY, None)
+    bind = effective_bind(resolved.bind, device_type, ab_mode is not None)
+    key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, bind)
     # Launcher mode agrees on availability across its ranks (harness/inprocess.py).
     reason = None if session.external else _backend_unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
-    from .gating import AB_KEY
-
-    ab_mode = pyfuncitem.config.stash.get(AB_KEY, None)
     if ab_mode is not None:  # A/B rounds; each regression fails inside
         ab_mode.run_item(session, pyfuncitem, resolved, key)
         return True

@@ -58,10 +58,13 @@ def parse_count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+BINDINGS = ("auto", "core", "pack", "none")
+
+
 def _bind(text: str) -> str:
     value = text.strip().lower()
-    if value not in ("core", "none"):
-        raise ValueError(f"invalid binding {text!r}: expected core or none")
+    if value not in BINDINGS:
+        raise ValueError(f"invalid binding {text!r}: expected {', '.join(BINDINGS)}")
     return value
 
 
@@ -110,9 +113,12 @@ CORE_SETTINGS = (
             "most timed iterations when calibrating"),
     Setting("budget", "--distbench-budget", "1s", units.parse_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
-    Setting("bind", "--distbench-bind", "core", _bind,
-            "pin rank r to the r-th usable CPU (round robin), as mpirun --bind-to core does; "
-            "'none' leaves placement to the scheduler"),
+    Setting("bind", "--distbench-bind", "auto", _bind,
+            "auto: pack for CPU worlds in A/B mode, else core; core: pin rank r's main "
+            "thread to the r-th usable CPU (round robin), as mpirun --bind-to core does; "
+            "pack: every thread of every rank on the first usable CPU (no cross-CPU "
+            "wake-ups; steadiest on small VMs, see docs/gating.md); none: leave placement "
+            "to the scheduler"),
     Setting("timeout", "--distbench-timeout", "300s", units.parse_duration,
             "per-test timeout: a rank that has not answered by then is reported as hung"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,

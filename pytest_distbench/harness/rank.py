@@ -122,9 +122,11 @@ class _Rank:
         self.process_cpus = (tuple(sorted(os.sched_getaffinity(0)))
                              if hasattr(os, "sched_getaffinity") else None)
         if spec.cpus:
-            # Only the calling thread: the backend's I/O threads, started above, stay free to
-            # run on another core instead of queueing behind the thread that waits for them.
-            os.sched_setaffinity(0, spec.cpus)
+            # "core": only the calling thread; the backend's I/O threads, started above, stay
+            # free to run on another core instead of queueing behind the thread that waits
+            # for them. "pack": every thread, so no message between two ranks has to wake
+            # another (possibly halted, virtual) CPU.
+            pin_threads(spec.cpus, every_thread=spec.pin_threads)
         self.tests_run = 0
         self.rpc_name: str | None = None
 
@@ -281,3 +283,18 @@ def _format_exception(task: RunTest) -> str:
     lines = traceback.format_list(frames[start:])
     lines += traceback.format_exception_only(exc_type, exc)
     return "".join(lines)
+
+
+def pin_threads(cpus: tuple[int, ...], *, every_thread: bool) -> None:
+    """Pin the calling thread, or every thread of this process, to `cpus`.
+
+    Threads started later inherit the affinity of the thread that starts them.
+    """
+    if not every_thread:
+        os.sched_setaffinity(0, cpus)
+        return
+    for task in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except (ProcessLookupError, PermissionError):
+            pass  # a thread that ended meanwhile

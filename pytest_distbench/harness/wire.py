@@ -37,6 +37,7 @@ class RankSpec:
     capture_path: str
     timeout_s: float
     cpus: tuple[int, ...] | None = None  # CPU affinity of the rank, None to leave it alone
+    pin_threads: bool = False  # cpus apply to every thread of the rank, not the main one only
     # Environment the rank sets before it opens any socket (listen interface, fork safety).
     env: tuple[tuple[str, str], ...] = ()
     local_rank: int | None = None  # rank on its host (launcher mode), picks the GPU

@@ -63,16 +63,32 @@ class WorldKey:
 VARIANT_CONTEXTS: dict[str, multiprocessing.context.BaseContext] = {}
 
 
+def effective_bind(bind: str, device_type: str, ab_mode: bool) -> str:
+    """What --distbench-bind=auto means for one world: "pack" for a CPU world in A/B mode,
+    "core" otherwise.
+
+    A/B mode wants the two variants' runs to agree, not the fastest figures. On a small VM a
+    message between ranks on two CPUs must often wake a halted virtual CPU, and a gloo world
+    flips between a fast and a ~4x slower mode every 10-500 ms (docs/gating.md); with every
+    thread on one CPU the flips are gone. GPU worlds keep their CPUs: their launch and proxy
+    threads must not queue behind one another.
+    """
+    if bind != "auto":
+        return bind
+    return "pack" if ab_mode and device_type == "cpu" else "core"
+
+
 def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
-    """The CPU a rank is pinned to: round robin over the CPUs this process may use.
+    """The CPU a rank is pinned to: round robin over the CPUs this process may use ("core"),
+    or the first of them for every rank ("pack").
 
     Unpinned ranks of a small world migrate between cores and their latency jumps between
-    modes from one test to the next; pinned, back-to-back runs agree (see docs/gating.md).
+    modes from one test to the next; pinned, back-to-back runs agree better (docs/gating.md).
     """
-    if bind != "core" or not hasattr(os, "sched_getaffinity"):
+    if bind not in ("core", "pack") or not hasattr(os, "sched_getaffinity"):
         return None
     usable = sorted(os.sched_getaffinity(0))
-    return (usable[rank % len(usable)],)
+    return (usable[0],) if bind == "pack" else (usable[rank % len(usable)],)
 
 
 class WorldStartError(Exception):
@@ -152,6 +168,7 @@ class World:
                 capture_path=str(self.capture_paths[r]),
                 timeout_s=self.timeout_s,
                 cpus=rank_cpus(r, self.key.bind),
+                pin_threads=self.key.bind == "pack",
                 env=tuple(sorted(self.rank_env.items())),
             )
             conn, child_conn = ctx.Pipe(duplex=True)
