@@ -70,14 +70,29 @@ def session(tmp: Path, out: Path, slow: bool, extra: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def ab_figures(doc: dict, rounds: int, threshold: float) -> tuple[int, int, float]:
-    """(regressions, trials, median detectable) judging the first `rounds` rounds."""
+ROUND_VALUES = {
+    # What could stand for a round, from the per-round summaries every record keeps.
+    "min": lambda s: s["min"],
+    "p25": lambda s: s["p75"] - s["iqr"],
+    "p50": lambda s: s["p50"],
+    "mean": lambda s: s["mean"],
+}
+
+
+def ab_figures(doc: dict, rounds: int, threshold: float,
+               statistic: str | None = None) -> tuple[int, int, float]:
+    """(regressions, trials, median detectable) judging the first `rounds` rounds, by the
+    plugin's own per-round statistic or, for the design record, another one."""
     flagged, detectable = 0, []
     recs = storage.records(doc).values()
     for rec in recs:
         ab = rec["ab"]
-        v = paired.judge_paired(ab["baseline_p50_s"][:rounds], ab["candidate_p50_s"][:rounds],
-                                threshold)
+        if statistic is None:
+            base, cand = ab["baseline_round_s"], ab["candidate_round_s"]
+        else:
+            base = [ROUND_VALUES[statistic](s) for s in ab["baseline_rounds"]]
+            cand = [ROUND_VALUES[statistic](s) for s in ab["candidate_rounds"]]
+        v = paired.judge_paired(base[:rounds], cand[:rounds], threshold)
         flagged += v.kind == "regression"
         detectable.append(v.detectable)
     detectable.sort()
@@ -128,6 +143,14 @@ def main() -> None:
                 results[f"ab_r{r}"] = {"aa_clean": 1 - false / n, "caught": caught / m,
                                        "detectable_median": det,
                                        "wall_per_benchmark_s": per_round * r}
+            print(f"\nthe same {args.rounds} rounds judged by another per-round statistic "
+                  "(the plugin uses p25):")
+            for name in ROUND_VALUES:
+                false, n, det = ab_figures(docs["A/A"], args.rounds, args.threshold, name)
+                caught, m, _ = ab_figures(docs["20 % slowdown"], args.rounds, args.threshold,
+                                          name)
+                print(f"  {name:>4}: A/A no regression {100 * (1 - false / n):5.1f} %, slowdown "
+                      f"caught {100 * caught / m:5.1f} %, median detectable {det * 100:.1f} %")
 
         if args.skip_history:
             keep(tmp, args.keep)

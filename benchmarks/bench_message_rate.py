@@ -158,7 +158,7 @@ def test_in_world(distbench, credits, i):
 """
 
 
-def in_world(tmp: Path, rounds: int, messages: int, budget: str) -> None:
+def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> None:
     """The plugin's loop and the hand loop in the same rank processes, alternating."""
     import inspect
 
@@ -169,6 +169,7 @@ def in_world(tmp: Path, rounds: int, messages: int, budget: str) -> None:
         hand_loop=hand_source))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
            "--world-size=2", f"--distbench-budget={budget}", "--distbench-max-iterations=100000",
+           f"--distbench-bind={bind}",
            f"--distbench-json={rates}", "test_in_world.py"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
     if result.returncode != 0:
@@ -178,7 +179,7 @@ def in_world(tmp: Path, rounds: int, messages: int, budget: str) -> None:
     for b in json.loads(rates.read_text())["benchmarks"]:
         r = b["distbench"]
         plugin[(r["params"]["credits"], r["params"]["i"])] = r["figures"]["msgs_per_s"]
-    print("in the same world (same processes, alternating per round):")
+    print(f"in the same world (same processes, alternating per round; --distbench-bind={bind}):")
     for c in CREDITS:
         ratios = [plugin[(c, i)] / hand[(c, i)] for i in range(rounds)]
         mine = statistics.median(plugin[(c, i)] for i in range(rounds))
@@ -251,6 +252,8 @@ def main() -> None:
     parser.add_argument("--budget", default="3s")
     parser.add_argument("--hand-rank", type=int, default=None)
     parser.add_argument("--store", default=None)
+    parser.add_argument("--bind", default="core",
+                        help="--distbench-bind of the in-world comparison (pack: steadier)")
     parser.add_argument("--in-world-only", action="store_true",
                         help="skip the whole-session vs standalone-process comparison")
     args = parser.parse_args()
@@ -258,7 +261,7 @@ def main() -> None:
         hand_rank(args.hand_rank, args.store, args.messages)
         return
     with tempfile.TemporaryDirectory() as name:
-        in_world(Path(name), args.rounds * 2, args.messages, args.budget)
+        in_world(Path(name), args.rounds * 2, args.messages, args.budget, args.bind)
     if args.in_world_only:
         report_overhead()
         return

@@ -103,6 +103,12 @@ def pytest_configure(config: pytest.Config) -> None:
         except BaselinePythonError as exc:
             raise pytest.UsageError(f"--distbench-baseline-python: {exc}") from None
     config.stash[AB_KEY] = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
+    from .harness.ab import RUN_BUDGET
+    from .settings import RUN_DEFAULTS
+
+    # Many short paired runs see more than a few long ones (docs/gating.md); a budget the
+    # user gives (command line, ini, marker) still wins.
+    config.stash.setdefault(RUN_DEFAULTS, {}).setdefault("budget", RUN_BUDGET)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -117,8 +123,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     mode = config.stash.get(AB_KEY, None)
     if mode is None:
         return []
+    from .harness.ab import RUN_BUDGET
+
     lines = [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
-             f"live baseline: {mode.description}"]
+             f"live baseline: {mode.description}",
+             f"distbench A/B: each round runs each variant once, for --distbench-budget of "
+             f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
     bind = config.getoption("distbench_bind") or config.getini("distbench_bind") or "auto"
     if bind.strip().lower() == "auto":
         lines.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
@@ -130,10 +140,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     mode = config.stash.get(AB_KEY, None)
     if mode is None or not mode.outcomes:
         return
+    from .harness.ab import ROUND_STATISTIC
     from .results.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")
-    terminalreporter.line(render_ab(mode.outcomes, mode.description).rstrip("\n"))
+    terminalreporter.line(render_ab(mode.outcomes, mode.description,
+                                    ROUND_STATISTIC).rstrip("\n"))
 
 
 @pytest.hookimpl(trylast=True)  # after plugin.py has stopped the worlds

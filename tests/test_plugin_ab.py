@@ -28,8 +28,9 @@ def spin(seconds):
 @pytest.mark.distbench(iterations=10, warmup=1)
 def test_work(distbench, rank):
     with open(os.environ["DISTBENCH_TEST_NOTES"], "a") as notes:
+        cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         notes.write(f"{os.environ.get('DISTBENCH_TEST_MARK', '-')} {os.getpid()} "
-                    f"{flavour.NAME}\\n")
+                    f"{flavour.NAME} {cpus}\\n")
     distbench.measure(lambda: spin(0.002 * (1 + SLOW)))
 """
 
@@ -45,7 +46,7 @@ def bench(pytester, monkeypatch):
 def notes_by_mark(pytester) -> dict[str, set[tuple[str, str]]]:
     found: dict[str, set[tuple[str, str]]] = {}
     for line in (pytester.path / "notes.txt").read_text().splitlines():
-        mark, pid, lib = line.split()
+        mark, pid, lib, _cpus = line.split()
         found.setdefault(mark, set()).add((pid, lib))
     return found
 
@@ -57,10 +58,12 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*distbench A/B: 10 interleaved rounds (ABBA) per benchmark*DISTBENCH_TEST_SLOW=0*",
-        "performance regression against the live baseline*over 10 interleaved rounds; "
-        "ratio *(95 % CI *), threshold 10 %; one-sided Wilcoxon signed-rank p = *",
+        "*distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto*",
+        "performance regression against the live baseline*per-round p25 * us -> * us (median "
+        "of 10 interleaved rounds); ratio *(95 % CI *), threshold 10 %; one-sided Wilcoxon "
+        "signed-rank p = *",
         "*distbench A/B comparison*",
-        "*benchmark*baseline p50 (us)*candidate p50 (us)*ratio*p*detectable*rounds*verdict*",
+        "*benchmark*baseline p25 (us)*candidate p25 (us)*ratio*p*detectable*rounds*verdict*",
         "test_work*regression",
         "FAILED *test_work*",
     ])
@@ -81,6 +84,15 @@ def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):
     assert record["iterations"] == 6 * 10
     assert record["ab"]["rounds"] == 6 and record["ab"]["verdict"] == "unchanged"
     assert len(record["ab"]["baseline_p50_s"]) == 6
+    # The verdict's per-round statistic, each round's 25th percentile, is in the record.
+    assert record["ab"]["round_statistic"] == "p25"
+    for side in ("baseline", "candidate"):
+        rounds = record["ab"][f"{side}_rounds"]
+        assert [round(v, 12) for v in record["ab"][f"{side}_round_s"]] == [
+            round(s["p75"] - s["iqr"], 12) for s in rounds]
+    # --distbench-bind=auto packs both variants' ranks, every one on the same single CPU.
+    lines = (bench.path / "notes.txt").read_text().split()
+    assert len(set(lines[3::4])) == 1 and "," not in lines[3]
 
 
 def test_baseline_python_runs_its_own_installation(bench, distbench_run, tmp_path):

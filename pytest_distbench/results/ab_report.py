@@ -31,8 +31,9 @@ def verdict_cell(kind: str, gateable: bool) -> str:
     return kind if gateable or kind == "regression" else f"{kind}, not gateable"
 
 
-def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
-    headers = ["benchmark", "size", "baseline p50 (us)", "candidate p50 (us)",
+def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str = "p25") -> str:
+    """`statistic`: what stands for a round (its samples' 25th percentile by default)."""
+    headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []
     for o in outcomes:
@@ -40,8 +41,8 @@ def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
         rows.append([
             o.name,
             "-" if o.nbytes is None else format_size(o.nbytes),
-            f"{_median(o.baseline_p50s) * 1e6:,.2f}",
-            f"{_median(o.candidate_p50s) * 1e6:,.2f}",
+            f"{_median(o.baseline_round_s) * 1e6:,.2f}",
+            f"{_median(o.candidate_round_s) * 1e6:,.2f}",
             f"{v.ratio:.3f} [{_bound(v.ratio_low)}, {_bound(v.ratio_high)}]",
             f"{v.p_value:.2g}",
             _pct(v.detectable),
@@ -62,8 +63,9 @@ def render_ab(outcomes: Sequence[Any], baseline: str) -> str:
         f"{kinds.count('unchanged')} unchanged; {blind} not gateable at "
         f"{threshold * 100:g} %",
         f"regression = one-sided Wilcoxon signed-rank p < {DEFAULT_ALPHA:g} on the per-round "
-        f"log p50 ratios AND the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-"
-        "Lehmann) above 1 + threshold; detectable = smallest slowdown these rounds tell from "
+        f"log {statistic} ratios (the table shows their medians over the rounds) AND the "
+        f"ratio's {DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-Lehmann) above 1 + threshold; "
+        "detectable = smallest slowdown these rounds tell from "
         f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; not gateable = "
         "detectable > threshold (more rounds or a larger budget would help)",
     ]
