@@ -6,14 +6,14 @@ The workload: ten 1 KiB all_reduce calls per step, twelve when DISTBENCH_SLOWDOW
 of the same work), in a 2-rank world.
 
 1. A/B mode (--distbench-baseline-env drives the baseline's DISTBENCH_SLOWDOWN), at the
-   plugin's A/B defaults (placement auto = pack, 0.2 s per run, the p25 of each round) unless
-   --budget is given:
+   plugin's A/B defaults (placement auto = pack, 0.2 s per run, the fastest iteration of each
+   round) unless --budget is given:
    - A/A: both variants without the slowdown; target: no regression on >= 99 % of trials;
    - slowdown: the candidate with it; target: caught on >= 95 % of trials;
    each trial is one benchmark with --rounds rounds; the verdicts for fewer rounds are
    recomputed from the first rounds of the same data (rounds are in ABBA order, so any even
    prefix is balanced), which is how the default round count was chosen; the same rounds
-   are also judged by other per-round statistics (min, p50, mean), which is how p25 was.
+   are also judged by other per-round statistics (p25, p50, mean), which is how min was.
 2. Stored baselines: --history sessions of the plain benchmark, then one more A/A session and
    one slowed session, each judged against (a) the history of all stored runs and (b) the last
    stored run alone (the single-run baseline of issue 3), at --history-budget per benchmark.
@@ -154,7 +154,7 @@ def main() -> None:
                                        "detectable_median": det,
                                        "wall_per_benchmark_s": per_round * r}
             print(f"\nthe same {args.rounds} rounds judged by another per-round statistic "
-                  "(the plugin uses p25):")
+                  "(the plugin uses min):")
             for name in ROUND_VALUES:
                 false, n, det = ab_figures(docs["A/A"], args.rounds, args.threshold, name)
                 caught, m, _ = ab_figures(docs["20 % slowdown"], args.rounds, args.threshold,

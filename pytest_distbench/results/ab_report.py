@@ -31,8 +31,8 @@ def verdict_cell(kind: str, gateable: bool) -> str:
     return kind if gateable or kind == "regression" else f"{kind}, not gateable"
 
 
-def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str = "p25") -> str:
-    """`statistic`: what stands for a round (its samples' 25th percentile by default)."""
+def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str = "min") -> str:
+    """`statistic`: what stands for a round (its fastest iteration by default)."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []
