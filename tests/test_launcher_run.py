@@ -8,7 +8,9 @@ outlives it.
 from __future__ import annotations
 
 import socket
+import subprocess
 import textwrap
+import time
 
 import pytest
 import torch
@@ -218,3 +220,85 @@ def test_forced_launcher_mode_without_a_launcher_is_a_usage_error(pytester, leak
                      pytester.path, timeout=120)
     assert done.returncode == 4
     assert "--distbench-launcher: unknown launcher mode 'mpi'" in done.output
+
+
+def test_a_failure_on_rank_0_alone_fails_every_rank_and_maxfail_stops_them_all(
+        pytester, leak_tag):
+    """The other ranks do not wait for rank 0's verdict after a test: a test that passes on
+    rank 1 but fails on rank 0 is counted on rank 1 when it reads the verdict (before the next
+    test), so the exit codes agree, and with -x rank 1 stops where rank 0 stopped."""
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.distbench
+        def test_fails_on_rank_0(distbench):
+            assert distbench.rank != 0, "only rank 0 fails"
+
+        @pytest.mark.distbench
+        def test_next(distbench):
+            open(f"ran_next_{distbench.rank}", "w").close()
+    """))
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench"], timeout=200)
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].output + ranks[1].output
+    assert "1 failed, 1 passed" in ranks[0].output
+    assert "[rank 0] AssertionError: only rank 0 fails" in ranks[0].output
+    assert sorted(p.name for p in pytester.path.glob("ran_next_*")) == ["ran_next_0",
+                                                                      "ran_next_1"]
+    for p in pytester.path.glob("ran_next_*"):
+        p.unlink()
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench", "-x"], timeout=200)
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].output + ranks[1].output
+    assert "1 failed" in ranks[0].output and "passed" not in ranks[0].output
+    assert list(pytester.path.glob("ran_next_*")) == []  # stopped on every rank
+
+
+LIVE_BENCH = textwrap.dedent("""
+    import pytest, torch, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_messages(distbench):
+        x = torch.zeros(250)
+        print(f"body of rank {distbench.rank}")  # captured, not on the terminal
+        distbench.measure(lambda: dist.all_reduce(x), nbytes=1000,
+                          figures={"messages_per_iteration": 3})
+""")
+
+
+def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytester, leak_tag):
+    """Launcher mode: rank 0 is the reporting process; its reporter's lines appear on its
+    terminal one interval apart during the test, with pytest's output capture on."""
+    from test_duration_live import LINE
+
+    pytester.makepyfile(LIVE_BENCH)
+    path = pytester.path / "run.json"
+    process = subprocess.Popen(
+        TORCHRUN + ["--standalone", "--nproc-per-node=2", "-m", "pytest", "-p",
+                    "no:cacheprovider", "--capture=fd", "--distbench",
+                    "--distbench-duration=4s", "--distbench-report-every=1s",
+                    f"--distbench-json={path}"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    arrivals, output = [], []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # bounded: the session ends by itself (timeout below)
+            output.append(line)
+            if LINE.match(line.rstrip("\n")):
+                arrivals.append(time.monotonic())
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    finished = time.monotonic()
+    text = "".join(output)
+    assert process.returncode == 0, text
+    assert "distbench live report: test_torchrun_live_reports_reach_rank_0s_terminal_while_" \
+           "the_test_runs.py::test_messages[gloo-ws2]" in text
+    assert 4 <= len(arrivals) <= 5, text  # once a second for 4 s, and maybe the tail
+    gaps = [b - a for a, b in zip(arrivals[:4], arrivals[1:4], strict=False)]
+    assert min(gaps) > 0.5 and arrivals[3] - arrivals[0] > 2.4, gaps  # not bunched at the end
+    assert finished - arrivals[0] > 2.4
+    assert "body of rank" not in text  # capture stayed on for the test's own output
+    lines = [m for m in map(LINE.match, text.splitlines()) if m]
+    [record] = [b["distbench"] for b in read_results(path)["benchmarks"]]
+    assert [3 * r["iterations"] for r in record["live_reports"]] == [int(m["N"]) for m in lines]

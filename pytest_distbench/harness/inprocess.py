@@ -25,6 +25,7 @@ import pytest
 from ..settings import Settings, resolve
 from . import hang
 from .launcher import LaunchEnv
+from .live import LivePrinter, terminal_stream
 from .session import DistbenchSession, _task_for, build_records, fail_on_wrong_results
 from .storechannel import StoreChannel, StoreLost, open_store
 from .wire import Measurement, RankSpec, TestOutcome
@@ -66,6 +67,9 @@ class LauncherSession(DistbenchSession):
             self.watch: Any = hang.DeadlineWatch(self._report_hang)
         else:
             self.watch = hang.VerdictWatch(watch_channel, self.rank)
+        # Rank 0 prints the live reports of its own Reporter thread (harness/live.py).
+        self._live_stream = terminal_stream() if self.rank == 0 else None
+        self._live: LivePrinter | None = None
         self.pytest_session: Any = None
         self.index_of: dict[str, int] = {}
         self.hosts: dict[int, str] = {}
@@ -75,6 +79,8 @@ class LauncherSession(DistbenchSession):
         self._unavailable: dict[tuple[str, str], str] = {}
         self._new_world = False
         self._closed = False
+        # Ranks other than 0: the test whose verdict is not read yet, and this rank's status.
+        self._pending: tuple[hang.Running, str] | None = None
 
     # -- agreement rounds -------------------------------------------------------------------
 
@@ -189,6 +195,7 @@ class LauncherSession(DistbenchSession):
     def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
                  fresh_world_after: bool = False) -> list[dict[str, Any]]:
         # fresh_world_after cannot be honoured: the launcher's processes are the world.
+        self.settle()  # the verdict of the test before, before this body may use the world
         index = self.index_of[item.nodeid]
         reason = self._backend_reason(key)
         if reason:
@@ -196,33 +203,24 @@ class LauncherSession(DistbenchSession):
         running = hang.Running(index, item, settings.timeout, time.monotonic())
         self.watch.arm(running)
         outcome, released = self._run_here(item, settings, key, running)
-        # One round trip per test and rank: sets do not wait for an answer, and each rank
-        # makes a single blocking read (rank 0 of every outcome, the others of the verdict).
         self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
-        if self.rank == 0:
-            remaining = running.started + settings.timeout - time.monotonic()
-            self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
-            others = self.channel.wait_get(
-                [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
-            if not self.watch.disarm():
-                hang.park()  # the deadline watch reports the hang and ends the process
-            if others is None:  # past the deadline before the watch thread got to run
-                self._report_hang(running)
-                hang.exit_now()
-            verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
-            self.channel.set(running.key("verdict"), verdict)
-        else:
-            self.channel.set_timeout(settings.timeout + hang.VERDICT_MARGIN_S)
-            try:
-                [verdict] = self.channel.wait_get([running.key("verdict")]) or [None]
-            except StoreLost:
-                verdict = None
-            if verdict is None or verdict["status"] == "hung":
-                hang.park()  # the verdict watch reports the stack and ends the process
-            self.watch.disarm()
+        if self.rank != 0:
+            return self._provisional(running, outcome, released)
+        # Rank 0: one blocking read of every other rank's outcome, then the verdict.
+        remaining = running.started + settings.timeout - time.monotonic()
+        self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
+        others = self.channel.wait_get(
+            [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
+        if not self.watch.disarm():
+            hang.park()  # the deadline watch reports the hang and ends the process
+        if others is None:  # past the deadline before the watch thread got to run
+            self._report_hang(running)
+            hang.exit_now()
+        verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
+        self.channel.set(running.key("verdict"), verdict)
         if verdict["rebuild"] or released:
             self._close_world(graceful=False)
-        if self.rank == 0 and verdict["output"]:
+        if verdict["output"]:
             item.add_report_section("call", "ranks", verdict["output"])
         if verdict["status"] == "failed":
             pytest.fail(verdict["message"], pytrace=False)
@@ -230,10 +228,52 @@ class LauncherSession(DistbenchSession):
             pytest.skip(verdict["message"])
         return []  # rank 0 keeps the records and has already gated them
 
+    # -- ranks other than 0: the verdict, one test late -----------------------------------
+
+    def _provisional(self, running: hang.Running, outcome: dict[str, Any],
+                     released: bool) -> list[dict[str, Any]]:
+        """End the test on this rank without waiting for rank 0's verdict.
+
+        Rank 0 judges while this rank finishes the test's bookkeeping and starts the next
+        one; `settle` reads the verdict before the next body runs (or at the end of the
+        session). This rank's own outcome is its provisional result: a failure stays a failure
+        (any failed rank fails the test); a pass or skip that rank 0 turns into a failure is
+        counted when the verdict is read, so exit codes and --maxfail agree with rank 0.
+        """
+        self._pending = (running, outcome["status"])
+        if released:
+            self._close_world(graceful=False)
+        if outcome["status"] == "failed":
+            pytest.fail(outcome["message"], pytrace=False)
+        if outcome["status"] == "skipped":
+            pytest.skip(outcome["message"])
+        return []
+
+    def settle(self) -> None:
+        """Ranks other than 0: read and apply the verdict still pending, if any (blocking)."""
+        if self._pending is None:
+            return
+        running, provisional = self._pending
+        self._pending = None
+        self.channel.set_timeout(running.started + running.timeout_s + hang.VERDICT_MARGIN_S
+                                 - time.monotonic())
+        try:
+            [verdict] = self.channel.wait_get([running.key("verdict")]) or [None]
+        except StoreLost:
+            verdict = None
+        if verdict is None or verdict["status"] == "hung":
+            hang.park()  # the verdict watch reports the stack and ends the process
+        self.watch.disarm()
+        if verdict["rebuild"]:
+            self._close_world(graceful=False)
+        if verdict["status"] == "failed" and provisional != "failed":
+            _report_late_failure(running.item, verdict["message"])
+
     def _run_here(self, item: pytest.Function, settings: Settings, key: WorldKey,
                   running: hang.Running) -> tuple[dict[str, Any], bool]:
         """Run the body in this process; the outcome as JSON, and whether peers were released."""
         info = None
+        self._live = None
         try:
             task = _task_for(item, settings)
         except pytest.fail.Exception as exc:  # an argument that the ranks could not be sent
@@ -249,6 +289,9 @@ class LauncherSession(DistbenchSession):
                     rank=self.rank, status="failed",
                     message="could not join the process group:\n" + traceback.format_exc())
             if rank_obj is not None:
+                if self.rank == 0 and task.settings.report_every_s:
+                    self._live = LivePrinter(self.config, item.nodeid, self._live_stream)
+                rank_obj.on_progress = self._live
                 outcome = rank_obj.run(task)
         output = self._take_output()
         released = False
@@ -306,6 +349,10 @@ class LauncherSession(DistbenchSession):
                            measurements=[Measurement(**m) for m in o["measurements"]])
             for r, o in posted.items()})
         records = build_records(item, key, result, settings)
+        live = self._live.reports if self._live is not None else {}
+        for record, measurement in zip(records, result.outcomes[0].measurements, strict=True):
+            if live.get(measurement.name):
+                record["live_reports"] = live[measurement.name]
         self.records.extend(records)
         fail_on_wrong_results(records)
         self.gate_check(item, records, settings)
@@ -365,12 +412,28 @@ class LauncherSession(DistbenchSession):
         self._closed = True
         self.watch.stop()
         self._close_world(graceful=True)
+        if self._live_stream is not None:
+            self._live_stream.close()
+            self._live_stream = None
         try:
             self.channel.set(f"done/{self.rank}", 1)
             if self._hosting:
                 self.channel.wait([f"done/{r}" for r in range(self.world_size)], DONE_TIMEOUT_S)
         except (StoreLost, RuntimeError):
             pass
+
+
+def _report_late_failure(item: pytest.Item, message: str) -> None:
+    """A test this rank ended as passed or skipped failed on rank 0's verdict: report it as
+    failed now, through the same hook, so the session's failure count (exit code, --maxfail)
+    is rank 0's."""
+    from _pytest.reports import TestReport
+
+    now = time.time()
+    item.ihook.pytest_runtest_logreport(report=TestReport(
+        item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
+        f"failed on rank 0's verdict:\n{message}", "call", sections=[], duration=0.0,
+        start=now, stop=now))
 
 
 def first_difference(mine: list[str], theirs: list[str], rank: int) -> str:

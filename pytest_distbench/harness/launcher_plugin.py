@@ -39,6 +39,25 @@ def _quiet(config: pytest.Config) -> None:
     config.option.xmlpath = None
 
 
+def _drop_log_capture(session: pytest.Session) -> None:
+    """Ranks other than 0: no per-test log capture when nothing reads it.
+
+    pytest's logging plugin attaches its handlers, three phases a test, to every
+    non-propagating logger (importing torch makes 42), which is the largest part of a quiet
+    rank's per-test work. These ranks have no terminal and their reports go nowhere, so the
+    captured records were dropped anyway; without the plugin a warning logged in a test body
+    reaches stderr, which is captured and shown on rank 0 prefixed `[rank N]`, as in local
+    mode. Kept when a test uses `caplog` or a log file is asked for."""
+    config = session.config
+    if config.getoption("log_file", None) or config.getini("log_file"):
+        return
+    if any("caplog" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    plugin = config.pluginmanager.get_plugin("logging-plugin")
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)
+
+
 def start(config: pytest.Config, launch: LaunchEnv,
           gate_check: Callable[[Any, list[dict[str, Any]], Any], None]) -> Any:
     """The session of this rank, with its hooks registered."""
@@ -73,3 +92,30 @@ class LauncherPlugin:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.session.agree_on_collection(session)
+        if self.launch.rank != 0:
+            _drop_log_capture(session)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """Ranks other than 0 read the verdict of the test before here when a failure may stop
+        the session (--maxfail, -x, --stepwise): rank 0 stopped after that test, so must they,
+        before this one starts. Otherwise the verdict is read just before the next body runs,
+        and rank 0's judging overlaps this rank's bookkeeping."""
+        if self.launch.rank == 0 or not self._stops_on_failure(item.config):
+            return None
+        self.session.settle()
+        if item.session.shouldfail or item.session.shouldstop:
+            return True  # not run here either; the run loop ends after this item
+        return None
+
+    @staticmethod
+    def _stops_on_failure(config: pytest.Config) -> bool:
+        return bool(config.getoption("maxfail", 0) or config.getoption("stepwise", False))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        outcome = yield
+        # The last test's verdict, before pytest turns the failure count into the exit code
+        # (not after an interruption: rank 0 may never give it).
+        if self.launch.rank != 0 and outcome.excinfo is None:
+            self.session.settle()

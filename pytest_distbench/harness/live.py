@@ -8,16 +8,22 @@ no extra work per iteration -- and sends a `Progress` message up the rank's pipe
 controller, a `LivePrinter` turns each one into a line and writes it through pytest's terminal
 reporter with output capture suspended, so the line appears while the test runs, with or
 without -s.
+
+In launcher mode rank 0 is the reporting process itself: its Reporter thread hands each report
+to a LivePrinter in the same process, which writes to a copy of the terminal's file descriptor
+taken before any test ran (`terminal_stream`). Output capture is never touched from that thread
+(suspending it there would race with the main thread, which is inside the test body).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from .wire import Progress
 
@@ -133,10 +139,11 @@ def messages_per_iteration(figures: dict[str, Any]) -> int:
 class LivePrinter:
     """Prints rank 0's Progress reports of one test as they arrive, and keeps them."""
 
-    def __init__(self, config: Any, nodeid: str) -> None:
+    def __init__(self, config: Any, nodeid: str, stream: TextIO | None = None) -> None:
         self._terminal = config.pluginmanager.get_plugin("terminalreporter")
         self._capture = config.pluginmanager.get_plugin("capturemanager")
         self._nodeid = nodeid
+        self._stream = stream  # set: write there, from any thread, capture left alone
         self._last: dict[str | None, Progress] = {}
         # Per measurement name: [elapsed_s, iterations, delay_s] of each report (the record's
         # live_reports); delay = arrival here - the moment the interval closed in rank 0.
@@ -157,15 +164,42 @@ class LivePrinter:
     def _write(self, line: str, *, header: bool, name: str | None) -> None:
         if self._terminal is None:
             return
+        label = self._nodeid + (f"::{name}" if name else "")
+        if self._stream is not None:
+            text = ""
+            if self._terminal.currentfspath:
+                # The reporter is mid-line ("test_x.py "): end it; it starts its next result
+                # on a fresh line, as after ensure_newline().
+                self._terminal.currentfspath = None
+                text += "\n"
+                # ...and pads its progress column from an empty line, as after a newline
+                # written through it (private attribute, set only where it exists).
+                writer = getattr(self._terminal, "_tw", None)
+                if isinstance(getattr(writer, "_current_line", None), str):
+                    writer._current_line = ""  # type: ignore[union-attr]
+            if header:
+                text += f"distbench live report: {label}\n"
+            self._stream.write(text + line + "\n")
+            self._stream.flush()
+            return
         suspended = (self._capture.global_and_fixture_disabled() if self._capture is not None
                      else contextlib.nullcontext())
         with suspended:
             self._terminal.ensure_newline()
             if header:
-                label = self._nodeid + (f"::{name}" if name else "")
                 self._terminal.write_line(f"distbench live report: {label}")
             self._terminal.write_line(line)
             self._terminal.flush()
+
+
+def terminal_stream() -> TextIO | None:
+    """A file on a copy of descriptor 1, taken now (before any test, so not yet redirected by
+    pytest's fd capture): writes to it reach the terminal while a test's output is captured.
+    None where there is no descriptor 1."""
+    try:
+        return os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def progress_line(progress: Progress, previous: Progress | None) -> str:

@@ -129,6 +129,9 @@ class _Rank:
             pin_threads(spec.cpus, every_thread=spec.pin_threads)
         self.tests_run = 0
         self.rpc_name: str | None = None
+        # Launcher mode's rank 0 reports for itself (no controller pipe): where its Progress
+        # messages go during the current test.
+        self.on_progress: Any = None
 
     def info(self) -> dict[str, Any]:
         from ..results.environment import rank_environment
@@ -176,10 +179,16 @@ class _Rank:
             group=self.group,
             control_group=self.control,
             settings=task.settings,
-            # Launcher mode has no controller pipe: no live reports there (yet).
-            progress=self.send_progress if self.spec.rank == 0 and self.conn else None,
+            progress=self._progress_sink(),
             pressure_cpus=self.process_cpus,
         )
+
+    def _progress_sink(self) -> Any:
+        """Rank 0's live reports: up the pipe to the controller, or (launcher mode, where
+        rank 0 is the reporting process) to its own printer."""
+        if self.spec.rank != 0:
+            return None
+        return self.send_progress if self.conn is not None else self.on_progress
 
     def send_progress(self, progress: Progress) -> None:
         with self.send_lock:
