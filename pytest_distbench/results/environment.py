@@ -40,6 +40,37 @@ def cpu_probe() -> float:
     return statistics.median(times)
 
 
+_CPUIDLE = "/sys/devices/system/cpu/cpuidle"
+_HALTPOLL_NS = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
+
+
+def cpu_idle(root: str = "/") -> dict[str, Any] | None:
+    """How an idle CPU sleeps: the cpuidle driver and governor, and on a KVM guest with the
+    haltpoll driver how long it polls before halting (0: it halts at once).
+
+    A halted virtual CPU takes long to wake; ranks that message each other across CPUs then
+    run in a slow mode part of the time (docs/gating.md), so a results file says which kind
+    of machine it came from.
+    """
+    def read(path: str) -> str | None:
+        try:
+            with open(os.path.join(root, path.lstrip("/")), encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    driver = read(f"{_CPUIDLE}/current_driver")
+    if driver is None:
+        return None
+    facts: dict[str, Any] = {"driver": driver,
+                             "governor": read(f"{_CPUIDLE}/current_governor_ro")
+                             or read(f"{_CPUIDLE}/current_governor")}
+    poll = read(_HALTPOLL_NS)
+    if poll is not None and poll.isdigit():
+        facts["guest_halt_poll_ns"] = int(poll)
+    return facts
+
+
 def relevant_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
 
@@ -55,6 +86,7 @@ def controller_environment() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_idle": cpu_idle(),
         "gpus": [],
         "cuda": torch.version.cuda,
         "nccl": None,
