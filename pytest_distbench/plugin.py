@@ -335,7 +335,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     from .gating import AB_KEY
 
     ab_mode = pyfuncitem.config.stash.get(AB_KEY, None)
-    bind = effective_bind(resolved.bind, device_type, ab_mode is not None)
+    # Under a launcher, placing ranks is the launcher's job (docs/launchers.md).
+    bind = ("launcher" if session.external
+            else effective_bind(resolved.bind, device_type, ab_mode is not None))
     key = WorldKey(params[WORLD_SIZE_ARG], backend, device_type, bind)
     # Launcher mode agrees on availability across its ranks (harness/inprocess.py).
     reason = None if session.external else _backend_unavailable(backend, key.world_size)

@@ -49,6 +49,7 @@ def _check_run(output: str, path, launcher: str, ranks: int) -> None:
     [record] = [b["distbench"] for b in document["benchmarks"]]
     assert record["id"].endswith(f"::test_all_reduce[gloo-ws{ranks}-1KiB]")
     assert record["world_size"] == ranks and len(record["rank_samples"]) == ranks
+    assert record["placement"] == "launcher"  # the launcher placed the ranks, not the plugin
     columns = zip(*record["rank_samples"], strict=True)
     assert record["samples"] == [max(column) for column in columns]
     environment = document["distbench"]["environment"]

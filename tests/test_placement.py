@@ -27,6 +27,7 @@ def test_where(distbench, rank):
     main = sorted(os.sched_getaffinity(0))
     with open(f"where-{rank}.json", "w") as f:
         json.dump({"main": main, "threads": threads}, f)
+    distbench.record([0.001])
 """
 
 
@@ -55,10 +56,18 @@ def where(pytester, world_size: int = 2) -> list[dict]:
             for r in range(world_size)]
 
 
+def placement(pytester) -> str:
+    """The placement the results file records for the test's one measurement."""
+    doc = json.loads((pytester.path / "run.json").read_text())
+    return doc["benchmarks"][0]["distbench"]["placement"]
+
+
 def test_pack_pins_every_thread_of_every_rank_to_one_cpu(pytester, distbench_run):
     pytester.makepyfile(test_where=AFFINITY_TEST)
-    result = distbench_run("--distbench", "--world-size=2", "--distbench-bind=pack")
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-bind=pack",
+                           "--distbench-json=run.json")
     result.assert_outcomes(passed=1)
+    assert placement(pytester) == "pack"
     for rank in where(pytester):
         assert rank["main"] == [USABLE[0]]
         assert len(rank["threads"]) > 1, "the rank should have backend threads"
@@ -81,7 +90,8 @@ def test_core_pins_only_the_main_thread_round_robin(pytester, distbench_run):
 
 def test_default_outside_ab_mode_is_core(pytester, distbench_run):
     pytester.makepyfile(test_where=AFFINITY_TEST)
-    result = distbench_run("--distbench", "--world-size=2")
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-json=run.json")
     result.assert_outcomes(passed=1)
+    assert placement(pytester) == "core"
     assert [rank["main"] for rank in where(pytester)] == [
         [USABLE[r % len(USABLE)]] for r in range(2)]

@@ -329,6 +329,7 @@ def build_records(
                 "backend": key.backend,
                 "world_size": key.world_size,
                 "device": key.device_type,
+                "placement": key.bind,
                 "params": params,
                 "nbytes": first.nbytes,
                 "count": first.count,
