@@ -11,8 +11,13 @@ from . import units
 from .plot_spec import significant
 
 
-def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
-    return (record["family"], record["backend"], record["world_size"], record["device"])
+def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str, str]:
+    return (record["family"], record["backend"], record["world_size"], record["device"],
+            record.get("placement") or "")
+
+
+# Placements worth a word in a table's title: absolute times depend on them (docs/gating.md).
+NOTED_PLACEMENTS = {"pack": "ranks packed on one CPU", "none": "ranks unpinned"}
 
 
 GroupRenderer = Callable[[list[dict[str, Any]]], str]
@@ -27,13 +32,15 @@ def register_style(families: Iterable[str], render: GroupRenderer) -> None:
 
 
 def render_tables(records: Iterable[dict[str, Any]]) -> str:
-    groups: dict[tuple[str, str, int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int, str, str], list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault(_group_key(record), []).append(record)
     blocks = []
-    for (family, backend, world_size, device), rows in groups.items():
+    for (family, backend, world_size, device, placement), rows in groups.items():
         rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
         title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
+        if placement in NOTED_PLACEMENTS:
+            title += f"  ({NOTED_PLACEMENTS[placement]})"
         text = _STYLES.get(family, _render_group)(rows)
         if _pressured(rows) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
