@@ -5,7 +5,8 @@ AB, BA, AB, BA... (ABBA: each side goes first equally often, so "second in the r
 favour one of them). The two variants have worlds of their own (the world key carries the
 variant) and the baseline's ranks come from their own forkserver (harness/variants.py), started
 with the baseline's environment overrides or interpreter. The verdict is paired
-(results/paired.py): each round's p50 ratio cancels what the machine did during that round.
+(results/paired.py): each round's ratio (of its fastest iterations) cancels what the machine
+did during that round.
 """
 
 from __future__ import annotations
