@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from . import settings as settings_module
+from .harness.lean import RANK_LOCAL_ATTR
 from .harness.session import DistbenchSession, RankLocal
 from .harness.wire import RANK_FIXTURES
 
@@ -328,6 +329,8 @@ def _rank_local_fixture(name: str) -> Any:
         return RankLocal(name)
 
     fixture.__doc__ = f"distbench: `{name}` inside each rank of the test's world."
+    # How launcher mode's lean runs know a placeholder from a user's fixture of the same name.
+    setattr(fixture, RANK_LOCAL_ATTR, name)
     return pytest.fixture(name=name)(fixture)
 
 
