@@ -10,15 +10,16 @@ collectors around it happen as pytest does them.
 
 So a test qualifies for the lean run when nothing else can tell the difference: its
 arguments are parametrize values and distbench's rank-local placeholders only (no other
-fixture, no autouse fixture, no `request`), it carries no skip, skipif or xfail mark, and the
-session has no plugin or conftest hook in the per-test phases that this module would bypass
-(see `session_allows`). Then, per test: the collectors' setup through pytest's SetupState
-(with the arguments filled in beforehand, so no fixture is looked up), the body through
-pytest_pyfunc_call (the plugin's run_item: the store exchange, the verdict), the teardown
-through SetupState, all inside one window of pytest's global capture; logstart and logfinish
-are announced. A report is made and logged (makereport, logreport, exception_interact, as
-pytest's runner does) only for a phase that raised: a passed phase's report changed nothing on
-these ranks. Every other test runs pytest's full protocol.
+fixture, no autouse fixture, no `request`), it carries no skip, skipif, xfail or benchmark
+mark and is no hypothesis test, and the session has no plugin or conftest hook in the
+per-test phases that this module would bypass (see `session_allows`). Then, per test: the
+collectors' setup through pytest's SetupState (with the arguments filled in beforehand, so
+no fixture is looked up), the body through pytest_pyfunc_call (the plugin's run_item: the
+store exchange, the verdict), the teardown through SetupState, all inside one window of
+pytest's global capture; logstart and logfinish are announced. A report is made and logged
+(makereport, logreport, exception_interact, as pytest's runner does) only for a phase that
+raised: a passed phase's report changed nothing on these ranks. Every other test runs
+pytest's full protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import bdb
 import os
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -65,9 +67,9 @@ RANK_LOCAL_ATTR = "_distbench_rank_local"  # set on the plugin's placeholder fix
 
 
 def _module_of(plugin: Any) -> str:
-    name = getattr(plugin, "__name__", None)
-    if isinstance(name, str) and type(plugin).__name__ == "module":
-        return name
+    """The module a hook implementation comes from (a conftest's is its own module name)."""
+    if isinstance(plugin, types.ModuleType):
+        return plugin.__name__
     return type(plugin).__module__
 
 
