@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from . import settings as settings_module
+from .harness.lean import RANK_LOCAL_ATTR
 from .harness.session import DistbenchSession, RankLocal
 from .harness.wire import RANK_FIXTURES
 
@@ -153,14 +154,29 @@ def is_distbench(node: Any) -> bool:
     )
 
 
+# Resolved settings per distbench marker object (None: no marker), with the marker held so its
+# id cannot be reused: every parametrized item of one function shares its marker objects, and
+# resolving (every setting through its parser) once per test was a fifth of a launched rank's
+# per-test Python work. Only successes are kept: a bad value fails every test it reaches.
+SETTINGS_CACHE_KEY = pytest.StashKey[dict[int, tuple[Any, settings_module.Settings]]]()
+
+
 def _marker_settings(config: pytest.Config, definition: Any) -> settings_module.Settings:
     marker = definition.get_closest_marker("distbench")
+    cache = config.stash.setdefault(SETTINGS_CACHE_KEY, {})
+    cached = cache.get(id(marker))
+    if cached is not None and cached[0] is marker:
+        return cached[1]
     try:
-        return settings_module.resolve(
+        # `where` only names the test in error messages: a success holds for every test with
+        # this marker (the run's defaults are fixed at configure time, before any test).
+        resolved = settings_module.resolve(
             config, marker.kwargs if marker else {}, where=f" on {definition.name}"
         )
     except pytest.UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
+    cache[id(marker)] = (marker, resolved)
+    return resolved
 
 
 def _backend_unavailable(backend: str, world_size: int) -> str | None:
@@ -313,6 +329,8 @@ def _rank_local_fixture(name: str) -> Any:
         return RankLocal(name)
 
     fixture.__doc__ = f"distbench: `{name}` inside each rank of the test's world."
+    # How launcher mode's lean runs know a placeholder from a user's fixture of the same name.
+    setattr(fixture, RANK_LOCAL_ATTR, name)
     return pytest.fixture(name=name)(fixture)
 
 

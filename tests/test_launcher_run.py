@@ -7,6 +7,7 @@ outlives it.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import textwrap
@@ -303,3 +304,73 @@ def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytest
     lines = [m for m in map(LINE.match, text.splitlines()) if m]
     [record] = [b["distbench"] for b in read_results(path)["benchmarks"]]
     assert [3 * r["iterations"] for r in record["live_reports"]] == [int(m["N"]) for m in lines]
+
+
+LEAN_FIRST = textwrap.dedent("""
+    import os, pytest
+
+    @pytest.fixture(scope="module")
+    def shared():
+        yield 1
+        open(f"torn_down_{os.environ['SLURM_PROCID']}", "w").close()
+
+    @pytest.mark.distbench
+    def test_with_fixture(distbench, shared):
+        assert shared == 1
+
+    @pytest.mark.distbench
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_plain(distbench, rank, n):
+        assert rank == int(os.environ["SLURM_PROCID"]) and n in (1, 2)
+        assert os.environ["PYTEST_CURRENT_TEST"].endswith(" (call)")
+
+    @pytest.mark.distbench
+    @pytest.mark.skipif("True", reason="skipped on every rank")
+    def test_skipped(distbench):
+        pass
+
+    @pytest.mark.distbench
+    def test_fails_everywhere(distbench):
+        assert False, "fails on every rank"
+""")
+LEAN_SECOND = textwrap.dedent("""
+    import os, pytest
+
+    @pytest.mark.distbench
+    def test_after_module(distbench):
+        # The first module's fixture was torn down before this module's first test.
+        assert os.path.exists(f"torn_down_{os.environ['SLURM_PROCID']}")
+""")
+LEAN_PROBE = textwrap.dedent("""
+    import json, os
+
+    def pytest_sessionfinish(session):
+        plugin = session.config.pluginmanager.get_plugin("distbench-launcher")
+        with open(f"lean_{os.environ['SLURM_PROCID']}.json", "w") as f:
+            json.dump(sorted(plugin._lean), f)
+""")
+
+
+def test_other_ranks_run_plain_tests_lean_with_the_same_outcomes(pytester, leak_tag):
+    """Ranks other than 0 run plain distbench tests (parametrize values and rank fixtures only,
+    no skip or xfail mark) without pytest's report objects; mixed with fully run tests (a
+    module fixture, a skip mark) the outcomes, exit codes and collector teardowns are the
+    same; a conftest hook in a per-test phase keeps the full protocol everywhere."""
+    pytester.makepyfile(test_first=LEAN_FIRST, test_second=LEAN_SECOND)
+    pytester.makeconftest(LEAN_PROBE)
+    for hooked in (False, True):
+        if hooked:
+            pytester.makeconftest(LEAN_PROBE + "\ndef pytest_runtest_setup(item):\n    pass\n")
+        for p in pytester.path.glob("torn_down_*"):
+            p.unlink()
+        ranks = launch(pytester.path, "slurm", 2, ["--distbench", "-rs"], timeout=200)
+        output = ranks[0].output
+        assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
+        assert "1 failed, 4 passed, 1 skipped" in output, output
+        assert "[rank 1] AssertionError: fails on every rank" in output, output
+        assert "skipped on every rank" in output
+        lean = {r: json.loads((pytester.path / f"lean_{r}.json").read_text()) for r in (0, 1)}
+        assert lean[0] == []  # rank 0 reports: always the full protocol
+        names = sorted(nodeid.split("::")[1].split("[")[0] for nodeid in lean[1])
+        assert names == ([] if hooked else [
+            "test_after_module", "test_fails_everywhere", "test_plain", "test_plain"]), lean

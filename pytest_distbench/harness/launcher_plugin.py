@@ -1,5 +1,6 @@
 """pytest's side of launcher mode: detect it at configure time, quiet the ranks other than 0,
-skip tests whose world sizes exclude the launcher's, agree on the collected items."""
+skip tests whose world sizes exclude the launcher's, agree on the collected items, run plain
+tests lean on the ranks other than 0."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from .. import settings as settings_module
+from . import lean
 from .launcher import LaunchEnv, resolve
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the plugin's world-size parameter
@@ -58,6 +60,21 @@ def _drop_log_capture(session: pytest.Session) -> None:
         config.pluginmanager.unregister(plugin)
 
 
+def _lean_items(session: pytest.Session, owner: Any) -> dict[str, dict[str, Any]]:
+    """The distbench items this rank runs lean, with their arguments (none when the session's
+    plugins or options need pytest's full protocol)."""
+    from ..plugin import is_distbench
+
+    if not lean.session_allows(session.config, owner):
+        return {}
+    found = {}
+    for item in session.items:
+        values = lean.arguments(item) if is_distbench(item) else None
+        if values is not None:
+            found[item.nodeid] = values
+    return found
+
+
 def start(config: pytest.Config, launch: LaunchEnv,
           gate_check: Callable[[Any, list[dict[str, Any]], Any], None]) -> Any:
     """The session of this rank, with its hooks registered."""
@@ -72,6 +89,8 @@ class LauncherPlugin:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.launch: LaunchEnv = session.launch
+        # Ranks other than 0: the arguments of each item that runs lean (harness/lean.py).
+        self._lean: dict[str, dict[str, Any]] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         launch = self.launch
@@ -94,18 +113,25 @@ class LauncherPlugin:
         self.session.agree_on_collection(session)
         if self.launch.rank != 0:
             _drop_log_capture(session)
+            self._lean = _lean_items(session, self)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         """Ranks other than 0 read the verdict of the test before here when a failure may stop
         the session (--maxfail, -x, --stepwise): rank 0 stopped after that test, so must they,
         before this one starts. Otherwise the verdict is read just before the next body runs,
-        and rank 0's judging overlaps this rank's bookkeeping."""
-        if self.launch.rank == 0 or not self._stops_on_failure(item.config):
+        and rank 0's judging overlaps this rank's bookkeeping. Plain distbench tests run lean
+        on these ranks (harness/lean.py): no report objects for phases that passed."""
+        if self.launch.rank == 0:
             return None
-        self.session.settle()
-        if item.session.shouldfail or item.session.shouldstop:
-            return True  # not run here either; the run loop ends after this item
+        if self._stops_on_failure(item.config):
+            self.session.settle()
+            if item.session.shouldfail or item.session.shouldstop:
+                return True  # not run here either; the run loop ends after this item
+        values = self._lean.get(item.nodeid)
+        if values is not None and lean.lean_now(item):
+            lean.run(item, nextitem, values)  # type: ignore[arg-type]
+            return True
         return None
 
     @staticmethod
