@@ -307,3 +307,22 @@ def test_speed_difference_reports_a_machine_that_slowed_down():
     # Files from before the probe, or with junk in it, give no line rather than an error.
     assert speed_difference({}, {"cpu_probe_s": [0.005]}) is None
     assert speed_difference({"cpu_probe_s": ["x", -1]}, {"cpu_probe_s": [0.005]}) is None
+
+
+def placed(rec: dict, placement: str | None) -> dict:
+    return dict(rec, placement=placement) if placement else rec
+
+
+def test_a_comparison_across_placements_says_so():
+    # An A/B run's records (packed on one CPU) against a stored spread run: a warning naming
+    # the two placements and how many benchmarks; unknown (older) placements are not flagged.
+    baseline = document(placed(record("a", BASE), "core"), placed(record("b", BASE), "core"),
+                        record("c", BASE))
+    current = document(placed(record("a", BASE), "pack"), placed(record("b", BASE), "pack"),
+                       placed(record("c", BASE), "pack"))
+    comparison = compare_documents(baseline, current, threshold=0.1)
+    assert [line for line in comparison.fingerprint_differences if "placement" in line] == [
+        "placement: core (baseline) vs pack (current) for 2 benchmark(s); absolute times "
+        "depend on where the ranks ran (docs/gating.md)"]
+    same = compare_documents(current, current, threshold=0.1)
+    assert not [line for line in same.fingerprint_differences if "placement" in line]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -319,6 +320,7 @@ def compare_documents(
             fingerprint_differences(
                 baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"]
             )
+            + placement_differences(base_records, cur_records)
         ),
         baseline_label=baseline_label,
         current_label=current_label,
@@ -366,6 +368,26 @@ def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str,
         if base != cur:
             lines.append(f"{key}: {_describe(base)} (baseline) vs {_describe(cur)} (current)")
     return lines
+
+
+def placement_differences(base_records: dict[str, dict[str, Any]],
+                          cur_records: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per pair of placements that differ between matched benchmarks.
+
+    A/B records are measured packed on one CPU (docs/gating.md): their absolute times are not
+    those of a spread run, so comparing the two is comparing placements, not code. Records from
+    before placements were recorded say nothing and are not flagged.
+    """
+    pairs = Counter(
+        (base["placement"], cur["placement"])
+        for benchmark_id, cur in cur_records.items()
+        if (base := base_records.get(benchmark_id)) is not None
+        and base.get("placement") and cur.get("placement")
+        and base["placement"] != cur["placement"]
+    )
+    return [f"placement: {b} (baseline) vs {c} (current) for {n} benchmark(s); absolute times "
+            "depend on where the ranks ran (docs/gating.md)"
+            for (b, c), n in sorted(pairs.items())]
 
 
 def _as_sorted_set(value: Any) -> Any:
