@@ -14,6 +14,14 @@ import uuid
 import pytest
 from leaks import TAG_VARIABLE, processes_with_tag
 
+try:
+    # pytester restores sys.modules after each test, dropping modules first imported during
+    # it; numpy refuses a second import in one process ("cannot load module more than once"),
+    # so a later test that needs it would fail depending on the order tests ran in.
+    import numpy  # noqa: F401
+except ImportError:
+    pass
+
 # A launcher's variables would put the sessions under test in launcher mode (this suite may
 # itself run inside a SLURM job or under torchrun): the tests set the ones they mean to.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
