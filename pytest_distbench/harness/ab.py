@@ -49,8 +49,8 @@ class ABOutcome:
     verdict: paired.PairedVerdict
     wall_s: float
     # Each round's ROUND_STATISTIC, what the verdict compares.
-    baseline_round_s: list[float] = field(default_factory=list)
-    candidate_round_s: list[float] = field(default_factory=list)
+    baseline_round_s: list[float]
+    candidate_round_s: list[float]
 
 
 @dataclass
@@ -228,8 +228,8 @@ def ab_field(outcome: ABOutcome, baseline: str) -> dict[str, Any]:
 
 def failure_message(outcome: ABOutcome, baseline: str) -> str:
     v = outcome.verdict
-    base = stats_median(outcome.baseline_round_s)
-    cand = stats_median(outcome.candidate_round_s)
+    base = stats.median(outcome.baseline_round_s)
+    cand = stats.median(outcome.candidate_round_s)
     return (
         f"performance regression against the live baseline ({baseline}): per-round "
         f"{ROUND_STATISTIC} {base * 1e6:.1f} us -> {cand * 1e6:.1f} us (median of "
@@ -237,9 +237,3 @@ def failure_message(outcome: ABOutcome, baseline: str) -> str:
         f"ratio {v.ratio:.3f} (95 % CI {v.ratio_low:.3f}..{v.ratio_high:.3f}), threshold "
         f"{v.threshold * 100:g} %; one-sided Wilcoxon signed-rank p = {v.p_value:.2g}"
     )
-
-
-def stats_median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -9,13 +9,8 @@ from typing import Any
 from tabulate import tabulate
 
 from .paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
+from .stats import median
 from .units import format_size
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _pct(fraction: float) -> str:
@@ -31,8 +26,8 @@ def verdict_cell(kind: str, gateable: bool) -> str:
     return kind if gateable or kind == "regression" else f"{kind}, not gateable"
 
 
-def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str = "min") -> str:
-    """`statistic`: what stands for a round (its fastest iteration by default)."""
+def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
+    """`statistic`: what stands for a round in the verdict (harness/ab.py ROUND_STATISTIC)."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []
@@ -41,8 +36,8 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str = "min") ->
         rows.append([
             o.name,
             "-" if o.nbytes is None else format_size(o.nbytes),
-            f"{_median(o.baseline_round_s) * 1e6:,.2f}",
-            f"{_median(o.candidate_round_s) * 1e6:,.2f}",
+            f"{median(o.baseline_round_s) * 1e6:,.2f}",
+            f"{median(o.candidate_round_s) * 1e6:,.2f}",
             f"{v.ratio:.3f} [{_bound(v.ratio_low)}, {_bound(v.ratio_high)}]",
             f"{v.p_value:.2g}",
             _pct(v.detectable),

@@ -10,6 +10,7 @@ __all__ = [
     "Summary",
     "algbw_gbps",
     "busbw_gbps",
+    "median",
     "per_iteration_max",
     "percentile",
     "rank_skew",
@@ -119,7 +120,8 @@ def per_iteration_max(rank_samples: Sequence[Sequence[float]]) -> list[float]:
     return [float(max(column)) for column in zip(*rank_samples, strict=True)]
 
 
-def _median(values: list[float]) -> float:
+def median(values: Sequence[float]) -> float:
+    """The median of finite values ((a + b) / 2 between the middle two)."""
     # Local rather than statistics.median: importing statistics pulls in random,
     # fractions and decimal, and this module is imported by every pytest controller.
     ordered = sorted(values)
@@ -140,7 +142,7 @@ def rank_skew(rank_samples: Sequence[Sequence[float]]) -> float:
     for rank, samples in enumerate(rank_samples):
         _check_samples(samples, f"rank {rank} samples")
         medians.append(percentile(sorted(samples), 50))
-    middle = _median(medians)
+    middle = median(medians)
     if middle <= 0:
         return 1.0
     return max(medians) / middle
