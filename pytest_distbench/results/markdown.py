@@ -22,14 +22,10 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
     if environment:
         lines += [f"_{_environment_line(environment, records)}_", ""]
     lines += [f"_{table.LEGEND}_", ""]
-    groups: dict[tuple[str, str, int, str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(table._group_key(record), []).append(record)
-    for (family, backend, world_size, device, placement), rows in groups.items():
-        rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
-        noted = table.NOTED_PLACEMENTS.get(placement)
+    for (family, backend, world_size, device, placement), rows in table.grouped(records):
+        note = table.placement_note(placement)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
-                  f"{_cell(device)}" + (f" · {noted}" if noted else ""), ""]
+                  f"{_cell(device)}" + (f" · {note}" if note else ""), ""]
         style = table._STYLES.get(family)
         if style is None:
             lines += _table_and_notes(table._render_group(rows, "github"))

@@ -10,14 +10,29 @@ from tabulate import tabulate
 from . import units
 from .plot_spec import significant
 
+GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
 
-def _group_key(record: dict[str, Any]) -> tuple[str, str, int, str, str]:
-    return (record["family"], record["backend"], record["world_size"], record["device"],
-            record.get("placement") or "")
+
+def grouped(records: Iterable[dict[str, Any]]) -> list[tuple[GroupKey, list[dict[str, Any]]]]:
+    """Records by table (family, backend, world size, device, placement), in first-seen order,
+    each table's rows by size."""
+    groups: dict[GroupKey, list[dict[str, Any]]] = {}
+    for record in records:
+        key = (record["family"], record["backend"], record["world_size"], record["device"],
+               record.get("placement") or "")
+        groups.setdefault(key, []).append(record)
+    for rows in groups.values():
+        rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
+    return list(groups.items())
 
 
 # Placements worth a word in a table's title: absolute times depend on them (docs/gating.md).
-NOTED_PLACEMENTS = {"pack": "ranks packed on one CPU", "none": "ranks unpinned"}
+_PLACEMENT_NOTES = {"pack": "ranks packed on one CPU", "none": "ranks unpinned"}
+
+
+def placement_note(placement: str) -> str | None:
+    """What a table's title says of its placement, or None for the usual ones."""
+    return _PLACEMENT_NOTES.get(placement)
 
 
 GroupRenderer = Callable[[list[dict[str, Any]]], str]
@@ -32,15 +47,12 @@ def register_style(families: Iterable[str], render: GroupRenderer) -> None:
 
 
 def render_tables(records: Iterable[dict[str, Any]]) -> str:
-    groups: dict[tuple[str, str, int, str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(_group_key(record), []).append(record)
     blocks = []
-    for (family, backend, world_size, device, placement), rows in groups.items():
-        rows.sort(key=lambda r: (r["nbytes"] is None, r["nbytes"] or 0, r["id"]))
+    for (family, backend, world_size, device, placement), rows in grouped(records):
         title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
-        if placement in NOTED_PLACEMENTS:
-            title += f"  ({NOTED_PLACEMENTS[placement]})"
+        note = placement_note(placement)
+        if note:
+            title += f"  ({note})"
         text = _STYLES.get(family, _render_group)(rows)
         if _pressured(rows) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
