@@ -12,7 +12,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pytest_distbench.results.report import FORMATS, render
 from pytest_distbench.results.storage import ResultsFileError, read_document
@@ -130,17 +130,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _compare(args: argparse.Namespace) -> int:
-    if len(args.files) < 2:
-        _error(f"compare needs at least two files, got {len(args.files)}")
-        return EXIT_USAGE
+def _read_documents(files: list[str]) -> list[dict[str, Any]] | None:
+    """Every file read and validated, or None after one error line naming the bad file."""
     docs = []
-    for name in args.files:
+    for name in files:
         try:
             docs.append(read_document(name))
         except ResultsFileError as exc:
             _error(str(exc))
-            return EXIT_USAGE
+            return None
+    return docs
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if len(args.files) < 2:
+        _error(f"compare needs at least two files, got {len(args.files)}")
+        return EXIT_USAGE
+    docs = _read_documents(args.files)
+    if docs is None:
+        return EXIT_USAGE
 
     labels = _labels(args.files)
     comparisons = [
@@ -199,13 +207,9 @@ def _plot(args: argparse.Namespace) -> int:
     if not plot.matplotlib_available():
         _error(plot.MISSING_MATPLOTLIB)
         return EXIT_USAGE
-    docs = []
-    for name in args.files:
-        try:
-            docs.append(read_document(name))
-        except ResultsFileError as exc:
-            _error(str(exc))
-            return EXIT_USAGE
+    docs = _read_documents(args.files)
+    if docs is None:
+        return EXIT_USAGE
     try:
         if len(docs) == 1:
             written = plot.plot_document(docs[0], args.out)
