@@ -189,23 +189,6 @@ def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> N
               f"{', '.join(f'{x:.3f}' for x in ratios)})")
 
 
-class NullTransport:
-    name = "null"
-
-    def send(self, tensor, peer):
-        return None
-
-    def recv(self, tensor, peer):
-        return None
-
-    def batch(self, sends, recvs):
-        return _nothing
-
-
-def _nothing():
-    return None
-
-
 def harness_overhead(credits: int) -> tuple[float, float, float]:
     """ns per message: plugin loop over a null transport, the hand loop over the same, and
     the per-iteration clock read of distbench.measure spread over the iteration's messages."""
@@ -214,6 +197,7 @@ def harness_overhead(credits: int) -> tuple[float, float, float]:
     from pytest_distbench.families.message_rate.harness import message_loop
     from pytest_distbench.families.p2p.harness import make_endpoint
     from pytest_distbench.families.p2p.rates import rounds_per_iteration
+    from pytest_distbench.families.transports.null import NullTransport
 
     rounds = rounds_per_iteration(credits, NBYTES)
     per_iteration = rounds * credits

@@ -181,25 +181,6 @@ def test_osu_rate_and_arras_tables():
 # --- the timed loop keeps nothing per message --------------------------------
 
 
-class NullTransport:
-    """Moves nothing: what remains of a message-loop iteration is the harness's own work."""
-
-    name = "null"
-
-    def send(self, tensor, peer):
-        return None
-
-    def recv(self, tensor, peer):
-        return None
-
-    def batch(self, sends, recvs):
-        return _nothing
-
-
-def _nothing():
-    return None
-
-
 def _blocks_during(fn, calls):
     fn()  # first call outside: lazy imports, caches
     tracemalloc.start()
@@ -220,6 +201,7 @@ def test_message_loop_keeps_nothing_per_message(leader):
 
     from pytest_distbench.families.message_rate.harness import message_loop
     from pytest_distbench.families.p2p.harness import make_endpoint
+    from pytest_distbench.families.transports.null import NullTransport
 
     endpoint = make_endpoint(NullTransport(), 0, 1, leader, 10, 1, torch.device("cpu"))
     small = _blocks_during(message_loop(endpoint, 10, 10), 200)  # 20 000 messages
@@ -273,6 +255,7 @@ def test_wrong_bytes_counts_exactly_what_differs():
     import torch
 
     from pytest_distbench.families.p2p.harness import make_endpoint, pattern
+    from pytest_distbench.families.transports.null import NullTransport
 
     e = make_endpoint(NullTransport(), 0, 1, False, 3, 100, torch.device("cpu"))
     assert e.wrong_bytes() == 300  # nothing arrived yet: every byte of 3 slots
