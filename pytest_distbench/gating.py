@@ -129,8 +129,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
              f"live baseline: {mode.description}",
              f"distbench A/B: each round runs each variant once, for --distbench-budget of "
              f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
-    bind = config.getoption("distbench_bind") or config.getini("distbench_bind") or "auto"
-    if bind.strip().lower() == "auto":
+    from .settings import resolve
+
+    if resolve(config).bind == "auto":
         lines.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
                      "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
     return lines

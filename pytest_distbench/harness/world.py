@@ -70,8 +70,9 @@ def effective_bind(bind: str, device_type: str, ab_mode: bool) -> str:
     A/B mode wants the two variants' runs to agree, not the fastest figures. On a small VM a
     message between ranks on two CPUs must often wake a halted virtual CPU, and a gloo world
     flips between a fast and a ~4x slower mode every 10-500 ms (docs/gating.md); with every
-    thread on one CPU the flips are gone. GPU worlds keep their CPUs: their launch and proxy
-    threads must not queue behind one another.
+    thread on one CPU no message wakes another CPU, and the fastest iterations of two runs
+    agree closely. GPU worlds keep their CPUs: their launch and proxy threads must not queue
+    behind one another.
     """
     if bind != "auto":
         return bind
