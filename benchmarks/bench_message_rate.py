@@ -1,13 +1,16 @@
 """Message rate through the plugin vs the same loop written by hand, side by side in one run.
 
-    python benchmarks/bench_message_rate.py [--rounds 5] [--messages 20000] [--budget 3s]
+    python benchmarks/bench_message_rate.py [--slices 60] [--slice-budget 0.1s]
+                                            [--slice-messages 600] [--bind core|pack]
                                             [--in-world-only]
+                                            [--rounds 5] [--messages 20000] [--budget 3s]
 
 Prints, on this machine:
   0. messages/s at 1 B, credits 1 and 10, of the plugin's message loop (run_message_rate
      through distbench.measure) and of the same loop written by hand, inside the same two rank
-     processes of one plugin world, alternating (2 x rounds rounds, each order half the time):
-     the harness alone, with the machine and the process placement identical;
+     processes of one plugin world, in many short neighbouring slices (each order half the
+     time): the harness alone, with the machine and the process placement identical; the
+     median ratio of neighbours with a bootstrap 95 % interval;
   1. messages/s at 1 B, credits 1 and credits 10, client_to_computation in a 2-rank gloo
      world: through the plugin (a pytest session running the built-in test_message_rate) and
      the same algorithm written by hand with torch alone (two processes whose main threads are
@@ -144,10 +147,11 @@ def test_in_world(distbench, credits, i):
         rounds = max(1, MESSAGES // credits)
         began = time.perf_counter()
         hand_loop(rank, credits, payload, inbox, ack, rounds)
-        rate = rounds * credits / (time.perf_counter() - began)
-        if rank == 0:
-            with open(OUT, "a") as f:
-                f.write(json.dumps([credits, i, rate]) + "\\n")
+        elapsed = time.perf_counter() - began
+        # Each rank's own elapsed time: the rate is taken over the slower rank, as the
+        # plugin's totals are.
+        with open(OUT + f".{{rank}}", "a") as f:
+            f.write(json.dumps([credits, i, rounds * credits, elapsed]) + "\\n")
 
     # Alternate which goes first, so a drift in machine load does not favour one side.
     if i % 2:
@@ -158,8 +162,24 @@ def test_in_world(distbench, credits, i):
 """
 
 
+def median_ci(values: list[float], trials: int = 2000, seed: int = 1) -> tuple[float, float]:
+    """A bootstrap 95 % interval of the median of `values`."""
+    import random
+
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(trials))
+    return medians[int(0.025 * trials)], medians[int(0.975 * trials) - 1]
+
+
 def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> None:
-    """The plugin's loop and the hand loop in the same rank processes, alternating."""
+    """The plugin's loop and the hand loop in the same rank processes, alternating.
+
+    Each round is one short slice of each (the plugin's --distbench-budget, the hand loop's
+    `messages`): this VM flips between a fast and a slow mode every 10-500 ms, so two short
+    neighbouring slices are far more often in the same mode than two long ones. The figure is
+    the median over rounds of the ratio of the two neighbours, with a bootstrap interval.
+    """
     import inspect
 
     hand_source = inspect.getsource(hand_loop).split(chr(10), 2)[2]  # the body
@@ -169,24 +189,46 @@ def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> N
         hand_loop=hand_source))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
            "--world-size=2", f"--distbench-budget={budget}", "--distbench-max-iterations=100000",
-           f"--distbench-bind={bind}",
+           # A slice as short as the budget says (30 iterations of ~64 messages would be
+           # 0.3-0.4 s here), so the plugin's and the hand loop's slices are about as long.
+           "--distbench-min-iterations=5", f"--distbench-bind={bind}",
            f"--distbench-json={rates}", "test_in_world.py"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
+    began = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp)
     if result.returncode != 0:
         sys.exit(f"in-world session failed:\n{result.stdout}\n{result.stderr}")
-    hand = {(c, i): r for c, i, r in map(json.loads, out.read_text().splitlines())}
+    wall = time.perf_counter() - began
+    hand_s: dict[tuple[int, int], float] = {}
+    hand_n: dict[tuple[int, int], int] = {}
+    for rank in range(2):
+        for c, i, n, elapsed in map(json.loads, Path(f"{out}.{rank}").read_text().splitlines()):
+            hand_s[(c, i)] = max(hand_s.get((c, i), 0.0), elapsed)
+            hand_n[(c, i)] = n
+    hand = {k: hand_n[k] / hand_s[k] for k in hand_s}
     plugin = {}
     for b in json.loads(rates.read_text())["benchmarks"]:
         r = b["distbench"]
         plugin[(r["params"]["credits"], r["params"]["i"])] = r["figures"]["msgs_per_s"]
-    print(f"in the same world (same processes, alternating per round; --distbench-bind={bind}):")
+    print(f"in the same world (same processes; {rounds} rounds per credits, each a slice of "
+          f"the plugin's loop (budget {budget}) next to {messages} messages of the hand loop, "
+          f"which first alternating; --distbench-bind={bind}; {wall:.0f} s):")
     for c in CREDITS:
         ratios = [plugin[(c, i)] / hand[(c, i)] for i in range(rounds)]
         mine = statistics.median(plugin[(c, i)] for i in range(rounds))
         theirs = statistics.median(hand[(c, i)] for i in range(rounds))
+        low, high = median_ci(ratios)
+        quartiles = statistics.quantiles(ratios, n=4)
         print(f"  credits {c:>2}: plugin {mine:,.0f} msgs/s, hand {theirs:,.0f} msgs/s; "
-              f"ratio plugin/hand median {statistics.median(ratios):.3f} (per round: "
-              f"{', '.join(f'{x:.3f}' for x in ratios)})")
+              f"ratio plugin/hand median {statistics.median(ratios):.3f} "
+              f"(95 % interval {low:.3f}-{high:.3f}; rounds: quartiles "
+              f"{quartiles[0]:.3f}-{quartiles[2]:.3f}, range {min(ratios):.3f}-"
+              f"{max(ratios):.3f})")
+        # The order's own effect (the second slice of a pair runs in what the first left):
+        # the median ratio with each side first.
+        plugin_first = statistics.median(ratios[0::2])
+        hand_first = statistics.median(ratios[1::2])
+        print(f"             plugin first {plugin_first:.3f}, hand first {hand_first:.3f}; "
+              f"their geometric mean {(plugin_first * hand_first) ** 0.5:.3f}")
 
 
 def harness_overhead(credits: int) -> tuple[float, float, float]:
@@ -236,6 +278,12 @@ def main() -> None:
     parser.add_argument("--budget", default="3s")
     parser.add_argument("--hand-rank", type=int, default=None)
     parser.add_argument("--store", default=None)
+    parser.add_argument("--slices", type=int, default=60,
+                        help="in-world rounds per credits (each a short slice of each loop)")
+    parser.add_argument("--slice-budget", default="0.1s",
+                        help="in-world: the plugin's --distbench-budget per slice")
+    parser.add_argument("--slice-messages", type=int, default=600,
+                        help="in-world: messages of the hand loop per slice")
     parser.add_argument("--bind", default="core",
                         help="--distbench-bind of the in-world comparison (pack: steadier)")
     parser.add_argument("--in-world-only", action="store_true",
@@ -245,7 +293,7 @@ def main() -> None:
         hand_rank(args.hand_rank, args.store, args.messages)
         return
     with tempfile.TemporaryDirectory() as name:
-        in_world(Path(name), args.rounds * 2, args.messages, args.budget, args.bind)
+        in_world(Path(name), args.slices, args.slice_messages, args.slice_budget, args.bind)
     if args.in_world_only:
         report_overhead()
         return

@@ -2,10 +2,12 @@
 
 Every rank runs the same items in the same order (checked through the launcher's store before
 the first test). Per test, each rank runs the body with the same in-rank code as a local
-world's rank (harness/rank.py: fixtures, the `distbench` object), then posts its outcome to
-the store; rank 0 gathers the outcomes, judges them exactly as local mode does (records,
-wrong results, the gate) and posts one verdict, which every rank then applies, so pass/fail
-and exit codes agree everywhere. Only rank 0 keeps records and reports.
+world's rank (harness/rank.py: fixtures, the `distbench` object); the ranks other than 0 post
+their outcome to the store; rank 0 gathers the outcomes, judges them with its own exactly as
+local mode does (records, wrong results, the gate) and posts one verdict, which every rank
+then applies, so pass/fail and exit codes agree everywhere. Only rank 0 keeps records and
+reports. So a test costs rank 0 two store round trips (read the outcomes, post the verdict)
+and every other rank two (post its outcome, read the verdict, one test late).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class LauncherSession(DistbenchSession):
         self._closed = False
         # Ranks other than 0: the test whose verdict is not read yet, and this rank's status.
         self._pending: tuple[hang.Running, str] | None = None
+        # Rank 0 posts no outcome: the hang report reads its own from here.
+        self._own: tuple[int, dict[str, Any]] | None = None  # (test index, outcome)
 
     # -- agreement rounds -------------------------------------------------------------------
 
@@ -203,10 +207,13 @@ class LauncherSession(DistbenchSession):
         running = hang.Running(index, item, settings.timeout, time.monotonic())
         self.watch.arm(running)
         outcome, released = self._run_here(item, settings, key, running)
-        self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
         if self.rank != 0:
+            if not outcome["posted"]:
+                self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
             return self._provisional(running, outcome, released)
-        # Rank 0: one blocking read of every other rank's outcome, then the verdict.
+        # Rank 0 posts no outcome of its own (its verdict says it finished): one blocking read
+        # of every other rank's outcome, then the verdict.
+        self._own = (running.index, outcome)
         remaining = running.started + settings.timeout - time.monotonic()
         self.channel.set_timeout(remaining + hang.STACK_WAIT_S)
         others = self.channel.wait_get(
@@ -216,7 +223,10 @@ class LauncherSession(DistbenchSession):
         if others is None:  # past the deadline before the watch thread got to run
             self._report_hang(running)
             hang.exit_now()
-        verdict = self._judge(item, settings, key, dict(enumerate([outcome, *others])))
+        posted = dict(enumerate([outcome, *others]))
+        if any(o["status"] != "passed" for o in posted.values()):
+            self._read_releases(running, posted)
+        verdict = self._judge(item, settings, key, posted)
         self.channel.set(running.key("verdict"), verdict)
         if verdict["rebuild"] or released:
             self._close_world(graceful=False)
@@ -293,21 +303,45 @@ class LauncherSession(DistbenchSession):
                     self._live = LivePrinter(self.config, item.nodeid, self._live_stream)
                 rank_obj.on_progress = self._live
                 outcome = rank_obj.run(task)
-        output = self._take_output()
-        released = False
-        order = None
-        if outcome.status != "passed":
-            order = self.channel.add(running.key("failures"), 1)
-            others = [running.key(f"outcome/{r}") for r in range(self.world_size)
-                      if r != self.rank]
-            if not self.channel.wait(others, FAILURE_GRACE_S):
-                # Ranks still inside a collective with this one: closing its connections
-                # releases them with an error instead of leaving them to the timeout.
-                self._close_world(graceful=False)
-                released = True
-        return {"status": outcome.status, "message": outcome.message,
-                "measurements": [asdict(m) for m in outcome.measurements],
-                "output": output, "order": order, "released": released, "info": info}, released
+        posted = {"status": outcome.status, "message": outcome.message,
+                  "measurements": [asdict(m) for m in outcome.measurements],
+                  "output": self._take_output(), "order": None, "released": False,
+                  "info": info, "posted": False}
+        if outcome.status == "passed":
+            return posted, False
+        return posted, self._wait_for_the_others(running, posted)
+
+    def _wait_for_the_others(self, running: hang.Running, posted: dict[str, Any]) -> bool:
+        """A rank whose body did not pass gives the others FAILURE_GRACE_S to finish theirs,
+        then releases them; True if it did.
+
+        Ranks other than 0 post their outcome first: once every rank has finished, rank 0
+        posts its verdict, which is what they wait for. Rank 0 waits for the outcomes.
+        """
+        posted["order"] = self.channel.add(running.key("failures"), 1)
+        if self.rank == 0:
+            done = [running.key(f"outcome/{r}") for r in range(1, self.world_size)]
+        else:
+            self.channel.set(running.key(f"outcome/{self.rank}"), posted)
+            posted["posted"] = True
+            done = [running.key("verdict")]
+        if self.channel.wait(done, FAILURE_GRACE_S):
+            return False
+        # Ranks still inside a collective with this one: closing its connections releases
+        # them with an error instead of leaving them to the timeout. Said before it is done,
+        # so rank 0, judging after the released ranks have failed, knows why.
+        if self.rank != 0:
+            self.channel.set(running.key(f"released/{self.rank}"), 1)
+        posted["released"] = True
+        self._close_world(graceful=False)
+        return True
+
+    def _read_releases(self, running: hang.Running, posted: dict[int, dict[str, Any]]) -> None:
+        """Rank 0, when some rank did not pass: which ranks released the others (they said
+        so after posting their outcome)."""
+        for r in range(1, self.world_size):
+            if self.channel.has(running.key(f"released/{r}")):
+                posted[r]["released"] = True
 
     def _take_output(self) -> str:
         capman = self.config.pluginmanager.getplugin("capturemanager")
@@ -360,8 +394,9 @@ class LauncherSession(DistbenchSession):
     def _report_hang(self, running: hang.Running) -> None:
         """Rank 0's deadline watch, in its own thread: declare, collect stacks, report, exit."""
         ch = self._watch_channel
+        own = self._own[1] if self._own is not None and self._own[0] == running.index else None
         pending = [r for r in range(self.world_size)
-                   if not ch.has(running.key(f"outcome/{r}"))]
+                   if (own is None if r == 0 else not ch.has(running.key(f"outcome/{r}")))]
         ch.set(running.key("verdict"), {"status": "hung", "pending": pending})
         stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
         others = [r for r in pending if r != 0]
@@ -369,8 +404,8 @@ class LauncherSession(DistbenchSession):
         for r in others:
             key = running.key(f"stack/{r}")
             stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
-        finished = {r: ch.get(running.key(f"outcome/{r}")) for r in range(self.world_size)
-                    if r not in pending}
+        finished = {r: own if r == 0 else ch.get(running.key(f"outcome/{r}"))
+                    for r in range(self.world_size) if r not in pending}
         lines = [
             f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks {pending} did "
             "not finish. In launcher mode the ranks cannot be replaced: the remaining tests are "
