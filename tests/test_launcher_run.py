@@ -374,3 +374,37 @@ def test_other_ranks_run_plain_tests_lean_with_the_same_outcomes(pytester, leak_
         names = sorted(nodeid.split("::")[1].split("[")[0] for nodeid in lean[1])
         assert names == ([] if hooked else [
             "test_after_module", "test_fails_everywhere", "test_plain", "test_plain"]), lean
+
+
+LOGGING_BODY = textwrap.dedent("""
+    import logging, pytest
+
+    @pytest.mark.distbench
+    def test_logs_and_fails(distbench):
+        logging.getLogger("bench").warning("warned by rank %d", distbench.rank)
+        assert distbench.rank != 0, "fails on rank 0"
+""")
+PLAIN_LOGGING = textwrap.dedent("""
+
+    def test_plain_logs_and_fails():
+        logging.getLogger("plain").warning("warned in a plain test")
+        assert False
+""")
+
+
+def test_rank_0_captures_logs_only_where_local_mode_would(pytester, leak_tag):
+    """Every test a distbench test: no log capture on rank 0 either, and a body's warning
+    reaches the report as the rank's stderr, as in local mode. A plain test in the session
+    keeps rank 0's log capture, so its records are shown as pytest shows them."""
+    for plain in (False, True):
+        pytester.makepyfile(test_logging=LOGGING_BODY + (PLAIN_LOGGING if plain else ""))
+        ranks = launch(pytester.path, "slurm", 2, ["--distbench"], timeout=200)
+        output = ranks[0].output
+        assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
+        assert "[rank 1] warned by rank 1" in output, output
+        if plain:
+            assert "WARNING  bench:test_logging.py:5 warned by rank 0" in output, output
+            assert "WARNING  plain:test_logging.py:10 warned in a plain test" in output, output
+        else:
+            assert "[rank 0] warned by rank 0" in output, output
+            assert "Captured log call" not in output, output
