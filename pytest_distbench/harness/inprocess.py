@@ -206,11 +206,11 @@ class LauncherSession(DistbenchSession):
             pytest.skip(reason)
         running = hang.Running(index, item, settings.timeout, time.monotonic())
         self.watch.arm(running)
-        outcome, released = self._run_here(item, settings, key, running)
+        outcome = self._run_here(item, settings, key, running)
         if self.rank != 0:
-            if not outcome["posted"]:
+            if outcome["status"] == "passed":  # the others posted before their grace wait
                 self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
-            return self._provisional(running, outcome, released)
+            return self._provisional(running, outcome)
         # Rank 0 posts no outcome of its own (its verdict says it finished): one blocking read
         # of every other rank's outcome, then the verdict.
         self._own = (running.index, outcome)
@@ -229,7 +229,7 @@ class LauncherSession(DistbenchSession):
             self._read_releases(running, posted)
         verdict = self._judge(item, settings, key, posted)
         self.channel.set(running.key("verdict"), verdict)
-        if verdict["rebuild"] or released:
+        if verdict["rebuild"]:  # a rank that released the others has already closed its own
             self._close_world(graceful=False)
         if verdict["output"]:
             item.add_report_section("call", "ranks", verdict["output"])
@@ -241,8 +241,8 @@ class LauncherSession(DistbenchSession):
 
     # -- ranks other than 0: the verdict, one test late -----------------------------------
 
-    def _provisional(self, running: hang.Running, outcome: dict[str, Any],
-                     released: bool) -> list[dict[str, Any]]:
+    def _provisional(self, running: hang.Running, outcome: dict[str, Any]
+                     ) -> list[dict[str, Any]]:
         """End the test on this rank without waiting for rank 0's verdict.
 
         Rank 0 judges while this rank finishes the test's bookkeeping and starts the next
@@ -252,8 +252,6 @@ class LauncherSession(DistbenchSession):
         counted when the verdict is read, so exit codes and --maxfail agree with rank 0.
         """
         self._pending = (running, outcome["status"])
-        if released:
-            self._close_world(graceful=False)
         if outcome["status"] == "failed":
             pytest.fail(outcome["message"], pytrace=False)
         if outcome["status"] == "skipped":
@@ -280,8 +278,9 @@ class LauncherSession(DistbenchSession):
             _report_late_failure(running.item, verdict["message"])
 
     def _run_here(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                  running: hang.Running) -> tuple[dict[str, Any], bool]:
-        """Run the body in this process; the outcome as JSON, and whether peers were released."""
+                  running: hang.Running) -> dict[str, Any]:
+        """Run the body in this process; the outcome as JSON ("released": this rank closed its
+        process group to release the others)."""
         info = None
         self._live = None
         try:
@@ -306,14 +305,14 @@ class LauncherSession(DistbenchSession):
         posted = {"status": outcome.status, "message": outcome.message,
                   "measurements": [asdict(m) for m in outcome.measurements],
                   "output": self._take_output(), "order": None, "released": False,
-                  "info": info, "posted": False}
-        if outcome.status == "passed":
-            return posted, False
-        return posted, self._wait_for_the_others(running, posted)
+                  "info": info}
+        if outcome.status != "passed":
+            self._wait_for_the_others(running, posted)
+        return posted
 
-    def _wait_for_the_others(self, running: hang.Running, posted: dict[str, Any]) -> bool:
+    def _wait_for_the_others(self, running: hang.Running, posted: dict[str, Any]) -> None:
         """A rank whose body did not pass gives the others FAILURE_GRACE_S to finish theirs,
-        then releases them; True if it did.
+        then releases them (and says so in `posted`).
 
         Ranks other than 0 post their outcome first: once every rank has finished, rank 0
         posts its verdict, which is what they wait for. Rank 0 waits for the outcomes.
@@ -323,10 +322,9 @@ class LauncherSession(DistbenchSession):
             done = [running.key(f"outcome/{r}") for r in range(1, self.world_size)]
         else:
             self.channel.set(running.key(f"outcome/{self.rank}"), posted)
-            posted["posted"] = True
             done = [running.key("verdict")]
         if self.channel.wait(done, FAILURE_GRACE_S):
-            return False
+            return
         # Ranks still inside a collective with this one: closing its connections releases
         # them with an error instead of leaving them to the timeout. Said before it is done,
         # so rank 0, judging after the released ranks have failed, knows why.
@@ -334,7 +332,6 @@ class LauncherSession(DistbenchSession):
             self.channel.set(running.key(f"released/{self.rank}"), 1)
         posted["released"] = True
         self._close_world(graceful=False)
-        return True
 
     def _read_releases(self, running: hang.Running, posted: dict[int, dict[str, Any]]) -> None:
         """Rank 0, when some rank did not pass: which ranks released the others (they said
