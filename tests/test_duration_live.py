@@ -36,6 +36,27 @@ def _lines(text: str) -> list[re.Match]:
     return [m for m in (LINE.match(line) for line in text.splitlines()) if m]
 
 
+def run_noting_live_lines(argv: list[str], cwd, timeout: float
+                          ) -> tuple[int, str, list[float], float]:
+    """Run a session, reading its output as it is written: (exit code, output, the moment
+    each live line arrived, the moment the session ended), all on time.monotonic()."""
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    arrivals, output = [], []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # bounded: the session itself ends (timeout below)
+            output.append(line)
+            if LINE.match(line.rstrip("\n")):
+                arrivals.append(time.monotonic())
+        process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, "".join(output), arrivals, time.monotonic()
+
+
 def test_duration_run_stops_near_its_duration_with_every_rank_agreeing(pytester, distbench_run):
     # Rank 1's iterations are ten times slower than rank 0's and the body does no
     # communication, so only the harness keeps the two ranks' counts together.
@@ -93,27 +114,11 @@ def test_live_lines_arrive_while_the_test_runs_with_capture_on(pytester, leak_ta
     """Read the session's output as it is written: lines come one interval apart, not at
     the end, although pytest captures the test's output."""
     pytester.makepyfile(BENCH)
-    process = subprocess.Popen(
+    returncode, text, arrivals, finished = run_noting_live_lines(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--capture=fd",
          "--distbench", "--world-size=2", "--distbench-duration=4s",
-         "--distbench-report-every=1s"],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    arrivals, output = [], []
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:  # bounded: the session itself ends (timeout below)
-            output.append(line)
-            if LINE.match(line.rstrip("\n")):
-                arrivals.append(time.monotonic())
-        process.wait(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    text = "".join(output)
-    assert process.returncode == 0, text
-    finished = time.monotonic()
+         "--distbench-report-every=1s"], pytester.path, timeout=120)
+    assert returncode == 0, text
     assert 4 <= len(arrivals) <= 5, text
     # Spread over the run at about one per second; printed at the end they would be bunched.
     # (A fifth line is the tail after 4 s, if the run went on for more than 0.1 s.)

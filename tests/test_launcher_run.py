@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import textwrap
-import time
 
 import pytest
 import torch
@@ -269,31 +267,16 @@ LIVE_BENCH = textwrap.dedent("""
 def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytester, leak_tag):
     """Launcher mode: rank 0 is the reporting process; its reporter's lines appear on its
     terminal one interval apart during the test, with pytest's output capture on."""
-    from test_duration_live import LINE
+    from test_duration_live import LINE, run_noting_live_lines
 
     pytester.makepyfile(LIVE_BENCH)
     path = pytester.path / "run.json"
-    process = subprocess.Popen(
+    returncode, text, arrivals, finished = run_noting_live_lines(
         TORCHRUN + ["--standalone", "--nproc-per-node=2", "-m", "pytest", "-p",
                     "no:cacheprovider", "--capture=fd", "--distbench",
                     "--distbench-duration=4s", "--distbench-report-every=1s",
-                    f"--distbench-json={path}"],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    arrivals, output = [], []
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:  # bounded: the session ends by itself (timeout below)
-            output.append(line)
-            if LINE.match(line.rstrip("\n")):
-                arrivals.append(time.monotonic())
-        process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    finished = time.monotonic()
-    text = "".join(output)
-    assert process.returncode == 0, text
+                    f"--distbench-json={path}"], pytester.path, timeout=300)
+    assert returncode == 0, text
     assert "distbench live report: test_torchrun_live_reports_reach_rank_0s_terminal_while_" \
            "the_test_runs.py::test_messages[gloo-ws2]" in text
     assert 4 <= len(arrivals) <= 5, text  # once a second for 4 s, and maybe the tail
