@@ -3,10 +3,16 @@
     python -m torch.distributed.run --standalone --nproc-per-node=4 \\
         benchmarks/bench_launcher_exchange.py
 
-Per exchange: the store (every rank sets its outcome, rank 0 reads all with one multi_get and
-sets a verdict, the others read it) against gloo (one all_gather and one broadcast of 256
-bytes: a lower bound, without the size exchange that variable-size outcomes would need).
-Ranks 0 and 1 print wall and CPU time per exchange, two passes of each, alternating.
+Per exchange, alternating, three passes of each:
+  store        the launcher's store (torchrun's agent hosts it): the ranks other than 0 set
+               their outcome, rank 0 reads them with one multi_get and sets a verdict, which
+               the others read;
+  rank0-store  the same through a second store whose server is a thread of rank 0;
+  socket       one TCP connection from each other rank to rank 0: outcomes in, verdicts out,
+               as length-prefixed JSON frames;
+  gloo         one all_gather and one broadcast of 256 bytes (a lower bound, without the size
+               exchange that variable-size outcomes would need).
+Ranks 0 and 1 print wall and CPU time per exchange.
 """
 
 from __future__ import annotations
@@ -33,20 +39,72 @@ def main() -> None:
     buf = torch.zeros(256, dtype=torch.uint8)
     gathered = [torch.zeros(256, dtype=torch.uint8) for _ in range(ws)]
 
-    def via_store(key: str) -> None:
-        store.set(f"{key}/outcome/{rank}", OUTCOME)
+    # A second store hosted by rank 0 itself (its server is a thread of rank 0's process, not
+    # the torchrun agent): the others find its port through the launcher's store.
+    if rank == 0:
+        own = dist.TCPStore(os.environ["MASTER_ADDR"], 0, is_master=True,
+                            timeout=timedelta(seconds=60), wait_for_workers=False)
+        store.set("own-port", str(own.port))
+    else:
+        own = dist.TCPStore(os.environ["MASTER_ADDR"], int(store.get("own-port")),
+                            is_master=False, timeout=timedelta(seconds=60))
+
+    def exchange_through(s: dist.Store, key: str) -> None:
         if rank == 0:
-            store.multi_get([f"{key}/outcome/{r}" for r in range(1, ws)])
-            store.set(f"{key}/verdict", OUTCOME)
+            s.multi_get([f"{key}/outcome/{r}" for r in range(1, ws)])
+            s.set(f"{key}/verdict", OUTCOME)
         else:
-            store.multi_get([f"{key}/verdict"])
+            s.set(f"{key}/outcome/{rank}", OUTCOME)
+            s.multi_get([f"{key}/verdict"])
+
+    # Direct sockets: rank 0 listens, every other rank holds one connection to it.
+    import socket
+    import struct
+
+    if rank == 0:
+        listener = socket.create_server((os.environ["MASTER_ADDR"], 0))
+        store.set("sock-port", str(listener.getsockname()[1]))
+        peers = []
+        for _ in range(ws - 1):
+            conn, _addr = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peers.append(conn)
+        listener.close()
+    else:
+        conn = socket.create_connection((os.environ["MASTER_ADDR"], int(store.get("sock-port"))))
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = OUTCOME.encode()
+    frame = struct.pack("!I", len(payload)) + payload
+
+    def read_frame(c: socket.socket) -> bytes:
+        head = c.recv(4, socket.MSG_WAITALL)
+        (n,) = struct.unpack("!I", head)
+        return c.recv(n, socket.MSG_WAITALL)
+
+    def via_socket(key: str) -> None:
+        if rank == 0:
+            for c in peers:
+                json.loads(read_frame(c))
+            for c in peers:
+                c.sendall(frame)
+        else:
+            conn.sendall(frame)
+            json.loads(read_frame(conn))
+
+    def via_store(key: str) -> None:
+        exchange_through(store, key)
+
+    def via_rank0_store(key: str) -> None:
+        exchange_through(own, key)
 
     def via_gloo(key: str) -> None:
         dist.all_gather(gathered, buf)
         dist.broadcast(buf, 0)
 
     results: dict[str, list[str]] = {}
-    for p, (name, exchange) in enumerate([("store", via_store), ("gloo", via_gloo)] * 2):
+    passes = [("store", via_store), ("rank0-store", via_rank0_store), ("socket", via_socket),
+              ("gloo", via_gloo)] * 3
+    for p, (name, exchange) in enumerate(passes):
         dist.barrier()
         wall, cpu = time.perf_counter(), time.process_time()
         for i in range(EXCHANGES):

@@ -1,7 +1,7 @@
 """Message rate through the plugin vs the same loop written by hand, side by side in one run.
 
-    python benchmarks/bench_message_rate.py [--slices 60] [--slice-budget 0.1s]
-                                            [--slice-messages 600] [--bind core|pack]
+    python benchmarks/bench_message_rate.py [--slices 60] [--slice-iterations 10]
+                                            [--slice-warmup 5] [--bind core|pack]
                                             [--in-world-only]
                                             [--rounds 5] [--messages 20000] [--budget 3s]
 
@@ -123,8 +123,10 @@ IN_WORLD_TEST = """
 import json, time
 import pytest, torch, torch.distributed as dist
 from pytest_distbench.families.message_rate.harness import run_message_rate
+from pytest_distbench.families.p2p.rates import rounds_per_iteration
 
-MESSAGES = {messages}
+ITERATIONS = {iterations}
+WARMUP = {warmup}
 CREDITS = {credits}
 OUT = {out!r}
 
@@ -141,10 +143,13 @@ def test_in_world(distbench, credits, i):
     inbox = [torch.zeros(1, dtype=torch.uint8) for _ in range(credits)]
     ack = torch.ones(1, dtype=torch.uint8)
 
+    # The same messages as the plugin's slice: its warm-up iterations, then its timed ones.
+    per_iteration = rounds_per_iteration(credits, 1)
+
     def by_hand():
-        hand_loop(rank, credits, payload, inbox, ack, max(1, 200 // credits))  # warm-up
+        hand_loop(rank, credits, payload, inbox, ack, WARMUP * per_iteration)
         dist.barrier()
-        rounds = max(1, MESSAGES // credits)
+        rounds = ITERATIONS * per_iteration
         began = time.perf_counter()
         hand_loop(rank, credits, payload, inbox, ack, rounds)
         elapsed = time.perf_counter() - began
@@ -172,26 +177,26 @@ def median_ci(values: list[float], trials: int = 2000, seed: int = 1) -> tuple[f
     return medians[int(0.025 * trials)], medians[int(0.975 * trials) - 1]
 
 
-def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> None:
+def in_world(tmp: Path, rounds: int, iterations: int, warmup: int, bind: str) -> None:
     """The plugin's loop and the hand loop in the same rank processes, alternating.
 
-    Each round is one short slice of each (the plugin's --distbench-budget, the hand loop's
-    `messages`): this VM flips between a fast and a slow mode every 10-500 ms, so two short
-    neighbouring slices are far more often in the same mode than two long ones. The figure is
-    the median over rounds of the ratio of the two neighbours, with a bootstrap interval.
+    Each round is one short slice of each, moving the same messages: the plugin's
+    `--distbench-warmup` and `--distbench-iterations` iterations, and the hand loop's warm-up
+    and timed block of as many rounds. This VM flips between a fast and a slow mode every
+    10-500 ms, so two short neighbouring slices are far more often in the same mode than two
+    long ones; the figure is the median over rounds of the ratio of the two neighbours, with a
+    bootstrap interval.
     """
     import inspect
 
     hand_source = inspect.getsource(hand_loop).split(chr(10), 2)[2]  # the body
     out, rates = tmp / "hand.jsonl", tmp / "in_world.json"
     (tmp / "test_in_world.py").write_text(IN_WORLD_TEST.format(
-        messages=messages, credits=list(CREDITS), out=str(out), rounds=rounds, nbytes=NBYTES,
-        hand_loop=hand_source))
+        iterations=iterations, warmup=warmup, credits=list(CREDITS), out=str(out),
+        rounds=rounds, nbytes=NBYTES, hand_loop=hand_source))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
-           "--world-size=2", f"--distbench-budget={budget}", "--distbench-max-iterations=100000",
-           # A slice as short as the budget says (30 iterations of ~64 messages would be
-           # 0.3-0.4 s here), so the plugin's and the hand loop's slices are about as long.
-           "--distbench-min-iterations=5", f"--distbench-bind={bind}",
+           "--world-size=2", f"--distbench-iterations={iterations}",
+           f"--distbench-warmup={warmup}", f"--distbench-bind={bind}",
            f"--distbench-json={rates}", "test_in_world.py"]
     began = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp)
@@ -210,8 +215,9 @@ def in_world(tmp: Path, rounds: int, messages: int, budget: str, bind: str) -> N
         r = b["distbench"]
         plugin[(r["params"]["credits"], r["params"]["i"])] = r["figures"]["msgs_per_s"]
     print(f"in the same world (same processes; {rounds} rounds per credits, each a slice of "
-          f"the plugin's loop (budget {budget}) next to {messages} messages of the hand loop, "
-          f"which first alternating; --distbench-bind={bind}; {wall:.0f} s):")
+          f"the plugin's loop ({warmup} warm-up + {iterations} timed iterations) next to the "
+          f"hand loop moving the same messages, which first alternating; "
+          f"--distbench-bind={bind}; {wall:.0f} s):")
     for c in CREDITS:
         ratios = [plugin[(c, i)] / hand[(c, i)] for i in range(rounds)]
         mine = statistics.median(plugin[(c, i)] for i in range(rounds))
@@ -280,10 +286,11 @@ def main() -> None:
     parser.add_argument("--store", default=None)
     parser.add_argument("--slices", type=int, default=60,
                         help="in-world rounds per credits (each a short slice of each loop)")
-    parser.add_argument("--slice-budget", default="0.1s",
-                        help="in-world: the plugin's --distbench-budget per slice")
-    parser.add_argument("--slice-messages", type=int, default=600,
-                        help="in-world: messages of the hand loop per slice")
+    parser.add_argument("--slice-iterations", type=int, default=10,
+                        help="in-world: timed iterations per slice (~64 messages each), both "
+                             "sides moving the same messages")
+    parser.add_argument("--slice-warmup", type=int, default=5,
+                        help="in-world: untimed warm-up iterations before each slice")
     parser.add_argument("--bind", default="core",
                         help="--distbench-bind of the in-world comparison (pack: steadier)")
     parser.add_argument("--in-world-only", action="store_true",
@@ -293,7 +300,8 @@ def main() -> None:
         hand_rank(args.hand_rank, args.store, args.messages)
         return
     with tempfile.TemporaryDirectory() as name:
-        in_world(Path(name), args.slices, args.slice_messages, args.slice_budget, args.bind)
+        in_world(Path(name), args.slices, args.slice_iterations, args.slice_warmup,
+                 args.bind)
     if args.in_world_only:
         report_overhead()
         return
