@@ -6,8 +6,10 @@ world's rank (harness/rank.py: fixtures, the `distbench` object); the ranks othe
 their outcome to the store; rank 0 gathers the outcomes, judges them with its own exactly as
 local mode does (records, wrong results, the gate) and posts one verdict, which every rank
 then applies, so pass/fail and exit codes agree everywhere. Only rank 0 keeps records and
-reports. So a test costs rank 0 two store round trips (read the outcomes, post the verdict)
-and every other rank two (post its outcome, read the verdict, one test late).
+reports. Outcomes and verdicts travel over one direct connection from each rank to rank 0
+(harness/peerlink.py): per test, a rank sends one frame and reads one, one test late. The
+store carries what is not per test: the agreement rounds, releases, a hang's verdict and
+stacks, and the end of the session.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..settings import Settings, resolve
 from . import hang
 from .launcher import LaunchEnv
 from .live import LivePrinter, terminal_stream
+from .peerlink import LinkError, PeerLink, RankZeroLink, listen_address
 from .session import DistbenchSession, _task_for, build_records, fail_on_wrong_results
 from .storechannel import StoreChannel, StoreLost, open_store
 from .wire import Measurement, RankSpec, TestOutcome
@@ -69,6 +72,9 @@ class LauncherSession(DistbenchSession):
             self.watch: Any = hang.DeadlineWatch(self._report_hang)
         else:
             self.watch = hang.VerdictWatch(watch_channel, self.rank)
+        self._zero_link: RankZeroLink | None = None
+        self._peer_link: PeerLink | None = None
+        self._open_link()
         # Rank 0 prints the live reports of its own Reporter thread (harness/live.py).
         self._live_stream = terminal_stream() if self.rank == 0 else None
         self._live: LivePrinter | None = None
@@ -85,6 +91,39 @@ class LauncherSession(DistbenchSession):
         self._pending: tuple[hang.Running, str] | None = None
         # Rank 0 posts no outcome: the hang report reads its own from here.
         self._own: tuple[int, dict[str, Any]] | None = None  # (test index, outcome)
+
+    # -- the per-test link ------------------------------------------------------------------
+
+    def _open_link(self) -> None:
+        """Rank 0 listens and says where in the store; the others connect (rank 0 takes the
+        connections after the collection round, when every rank is known to be there)."""
+        if self.world_size == 1:
+            return
+        launch = self.launch
+        try:
+            if self.rank == 0:
+                single_host = launch.local_world_size == launch.world_size
+                address = listen_address(launch.master_addr, launch.master_port, single_host)
+                self._zero_link = RankZeroLink(address, self.world_size)
+                self.channel.set("link", [address, self._zero_link.port])
+                return
+            if not self.channel.wait(["link"], START_TIMEOUT_S):
+                raise LinkError(f"rank 0 did not say where to connect within "
+                                f"{START_TIMEOUT_S:g} s")
+            address, port = self.channel.get("link")
+            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S)
+        except (LinkError, OSError) as exc:
+            raise pytest.UsageError(f"launcher mode: rank {self.rank}: {exc}") from None
+
+    def _accept_link(self) -> None:
+        if self._zero_link is None:
+            return
+        missing = self._zero_link.accept(START_TIMEOUT_S)
+        if missing:
+            pytest.exit(f"launcher mode: ranks {missing} did not connect to rank 0 at "
+                        f"{self._zero_link.address}:{self._zero_link.port} within "
+                        f"{START_TIMEOUT_S:g} s (a firewall between the hosts?)",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
 
     # -- agreement rounds -------------------------------------------------------------------
 
@@ -132,6 +171,7 @@ class LauncherSession(DistbenchSession):
         self.hosts = {int(r): h for r, h in answer["hosts"].items()}
         if answer["error"]:
             pytest.exit(answer["error"], returncode=pytest.ExitCode.USAGE_ERROR)
+        self._accept_link()
         self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
 
     def _backend_reason(self, key: WorldKey) -> str:
@@ -209,26 +249,23 @@ class LauncherSession(DistbenchSession):
         outcome = self._run_here(item, settings, key, running)
         if self.rank != 0:
             if outcome["status"] == "passed":  # the others posted before their grace wait
-                self.channel.set(running.key(f"outcome/{self.rank}"), outcome)
+                self._send_outcome(running, outcome)
             return self._provisional(running, outcome)
-        # Rank 0 posts no outcome of its own (its verdict says it finished): one blocking read
-        # of every other rank's outcome, then the verdict.
+        # Rank 0 posts no outcome of its own (its verdict says it finished): it reads every
+        # other rank's outcome, then sends the verdict.
         self._own = (running.index, outcome)
-        # A bound that only changes with the timeout setting (a new one costs a call into the
-        # store client): the deadline watch acts at the test's deadline anyway.
-        self.channel.set_timeout(settings.timeout + hang.STACK_WAIT_S)
-        others = self.channel.wait_get(
-            [running.key(f"outcome/{r}") for r in range(1, self.world_size)])
+        # The deadline watch acts at the test's deadline; this bound is a backstop.
+        others = self._gather(running, settings.timeout + hang.STACK_WAIT_S)
         if not self.watch.disarm():
             hang.park()  # the deadline watch reports the hang and ends the process
         if others is None:  # past the deadline before the watch thread got to run
             self._report_hang(running)
             hang.exit_now()
-        posted = dict(enumerate([outcome, *others]))
+        posted = {0: outcome, **others}
         if any(o["status"] != "passed" for o in posted.values()):
             self._read_releases(running, posted)
         verdict = self._judge(item, settings, key, posted)
-        self.channel.set(running.key("verdict"), verdict)
+        self._send_verdict(running, verdict)
         if verdict["rebuild"]:  # a rank that released the others has already closed its own
             self._close_world(graceful=False)
         if verdict["output"]:
@@ -238,6 +275,28 @@ class LauncherSession(DistbenchSession):
         if verdict["status"] == "skipped":
             pytest.skip(verdict["message"])
         return []  # rank 0 keeps the records and has already gated them
+
+    def _gather(self, running: hang.Running, timeout_s: float) -> dict[int, Any] | None:
+        """Rank 0: the other ranks' outcomes of the running test; None if some did not come."""
+        if self._zero_link is None:
+            return {}
+        return self._zero_link.gather(running.index, timeout_s)
+
+    def _send_verdict(self, running: hang.Running, verdict: dict[str, Any]) -> None:
+        """Rank 0: the verdict to every other rank (what they apply: not the output)."""
+        if self._zero_link is None:
+            return
+        self._zero_link.forget(running.index)
+        applied = {k: verdict[k] for k in ("status", "message", "rebuild")}
+        self._zero_link.broadcast(running.index, applied)
+        if time.monotonic() - running.started > running.timeout_s / 2:
+            # A rank that started later may reach its own deadline before it reads this: its
+            # verdict watch then looks in the store.
+            self.channel.set(running.key("verdict"), applied)
+
+    def _send_outcome(self, running: hang.Running, outcome: dict[str, Any]) -> None:
+        assert self._peer_link is not None
+        self._peer_link.send(running.index, outcome)
 
     # -- ranks other than 0: the verdict, one test late -----------------------------------
 
@@ -264,11 +323,9 @@ class LauncherSession(DistbenchSession):
             return
         running, provisional = self._pending
         self._pending = None
-        self.channel.set_timeout(running.timeout_s + hang.VERDICT_MARGIN_S)  # see run_item
-        try:
-            [verdict] = self.channel.wait_get([running.key("verdict")]) or [None]
-        except StoreLost:
-            verdict = None
+        assert self._peer_link is not None
+        verdict = self._peer_link.verdict(running.index,
+                                          running.timeout_s + hang.VERDICT_MARGIN_S)
         if verdict is None or verdict["status"] == "hung":
             hang.park()  # the verdict watch reports the stack and ends the process
         self.watch.disarm()
@@ -319,11 +376,12 @@ class LauncherSession(DistbenchSession):
         """
         posted["order"] = self.channel.add(running.key("failures"), 1)
         if self.rank == 0:
-            done = [running.key(f"outcome/{r}") for r in range(1, self.world_size)]
+            finished = self._gather(running, FAILURE_GRACE_S) is not None
         else:
-            self.channel.set(running.key(f"outcome/{self.rank}"), posted)
-            done = [running.key("verdict")]
-        if self.channel.wait(done, FAILURE_GRACE_S):
+            self._send_outcome(running, posted)
+            assert self._peer_link is not None
+            finished = self._peer_link.ready(FAILURE_GRACE_S)
+        if finished:
             return
         # Ranks still inside a collective with this one: closing its connections releases
         # them with an error instead of leaving them to the timeout. Said before it is done,
@@ -392,8 +450,9 @@ class LauncherSession(DistbenchSession):
         """Rank 0's deadline watch, in its own thread: declare, collect stacks, report, exit."""
         ch = self._watch_channel
         own = self._own[1] if self._own is not None and self._own[0] == running.index else None
+        arrived = self._zero_link.received(running.index) if self._zero_link else {}
         pending = [r for r in range(self.world_size)
-                   if (own is None if r == 0 else not ch.has(running.key(f"outcome/{r}")))]
+                   if (own is None if r == 0 else r not in arrived)]
         ch.set(running.key("verdict"), {"status": "hung", "pending": pending})
         stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
         others = [r for r in pending if r != 0]
@@ -401,7 +460,7 @@ class LauncherSession(DistbenchSession):
         for r in others:
             key = running.key(f"stack/{r}")
             stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
-        finished = {r: own if r == 0 else ch.get(running.key(f"outcome/{r}"))
+        finished = {r: own if r == 0 else arrived[r]
                     for r in range(self.world_size) if r not in pending}
         lines = [
             f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks {pending} did "
@@ -444,6 +503,9 @@ class LauncherSession(DistbenchSession):
         self._closed = True
         self.watch.stop()
         self._close_world(graceful=True)
+        for link in (self._zero_link, self._peer_link):
+            if link is not None:
+                link.close()
         if self._live_stream is not None:
             self._live_stream.close()
             self._live_stream = None

@@ -20,33 +20,12 @@ class StoreChannel:
     def __init__(self, store: Any, prefix: str) -> None:
         self.store = store
         self.prefix = prefix
-        self._timeout_s: float | None = None
-
-    def set_timeout(self, timeout_s: float) -> None:
-        """How long the blocking reads below wait for their keys."""
-        if timeout_s != self._timeout_s:
-            self.store.set_timeout(timedelta(seconds=max(timeout_s, 0.001)))
-            self._timeout_s = timeout_s
 
     def set(self, key: str, value: Any) -> None:
         self.store.set(self.prefix + key, json.dumps(value, default=repr))
 
     def get(self, key: str) -> Any:
         return json.loads(self.store.get(self.prefix + key))
-
-    def wait_get(self, keys: list[str]) -> list[Any] | None:
-        """The values of `keys` once all exist (one round trip), None after the timeout."""
-        from torch.distributed import DistStoreError
-
-        try:
-            raw = self.store.multi_get([self.prefix + k for k in keys])
-        except DistStoreError as exc:
-            if "timeout" in str(exc).lower():
-                return None
-            raise StoreLost(str(exc)) from exc
-        except RuntimeError as exc:
-            raise StoreLost(str(exc)) from exc
-        return [json.loads(value) for value in raw]
 
     def has(self, key: str) -> bool:
         return bool(self.store.check([self.prefix + key]))

@@ -1,0 +1,313 @@
+"""Launcher mode's per-test wire: one TCP connection from each rank other than 0 to rank 0.
+
+Per test, every rank other than 0 sends its outcome and rank 0 answers with its verdict.
+Through the launcher's store each of these was a set or a wait-then-get at the store's host
+(torchrun's agent: one more process to wake, twice per read, on a machine whose cores the
+ranks already share); a direct connection is one hop each way. On this 2-core machine, four
+ranks: 0.10 ms per exchange against 0.23-0.39 ms through the store
+(benchmarks/bench_launcher_exchange.py). What is not per test (the agreement rounds, a
+release, a hang's verdict, stacks, the end of the session) stays in the store.
+
+A frame is a 4-byte big-endian length and that many bytes of JSON (never pickle: launcher
+mode may cross a real network). Each frame names the test it belongs to by its index in the
+collected items, the same on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+FRAME_LIMIT = 1 << 30  # a longer frame is a peer speaking another protocol
+SEND_TIMEOUT_S = 60.0  # rank 0 gives up on a rank that stops reading its verdicts
+HELLO_TIMEOUT_S = 10.0  # a new connection names its rank within this
+
+
+class LinkError(RuntimeError):
+    """The link could not be set up, or a peer sent something that is not a frame."""
+
+
+def encode(message: Any) -> bytes:
+    """One frame: the length, then the JSON text."""
+    body = json.dumps(message, default=repr).encode()
+    if len(body) > FRAME_LIMIT:
+        raise LinkError(f"a frame of {len(body)} bytes is over the {FRAME_LIMIT} byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Frames out of a byte stream that arrives in arbitrary pieces."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        """The messages completed by `data` (none, one or several), in order."""
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self._buffer)
+            if length > FRAME_LIMIT:
+                raise LinkError(f"a frame announced {length} bytes: not a distbench peer")
+            end = _HEADER.size + length
+            if len(self._buffer) < end:
+                break
+            messages.append(json.loads(bytes(self._buffer[_HEADER.size:end])))
+            del self._buffer[:end]
+        return messages
+
+    @property
+    def pending(self) -> bool:
+        """Part of a frame is buffered."""
+        return bool(self._buffer)
+
+
+def listen_address(master_addr: str, master_port: int, single_host: bool) -> str:
+    """The address rank 0 listens on: loopback when every rank runs on this host; otherwise
+    this host's address on the route to the launcher's store, which every rank reaches."""
+    if single_host:
+        return "127.0.0.1"
+    try:
+        family, _, _, _, target = socket.getaddrinfo(master_addr, master_port,
+                                                     type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)  # UDP: picks the route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError as exc:
+        raise LinkError(f"no route from this host to the store at {master_addr}:{master_port} "
+                        f"to listen on: {exc}") from exc
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # frames are small: no batching
+
+
+def _send_all(conn: socket.socket, data: bytes, timeout_s: float) -> None:
+    """sendall for a non-blocking socket: TimeoutError if the peer stops reading."""
+    view = memoryview(data)
+    deadline = time.monotonic() + timeout_s
+    while view:
+        try:
+            view = view[conn.send(view):]
+        except (BlockingIOError, InterruptedError):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the peer stopped reading") from None
+            poller = select.poll()
+            poller.register(conn.fileno(), select.POLLOUT)
+            poller.poll(remaining * 1000)
+
+
+class RankZeroLink:
+    """Rank 0's end: a connection per other rank; outcomes in, verdicts out."""
+
+    def __init__(self, address: str, world_size: int) -> None:
+        self.world_size = world_size
+        self._listener: socket.socket | None = socket.create_server(
+            (address, 0), backlog=max(world_size, 8))
+        self.address = address
+        self.port: int = self._listener.getsockname()[1]
+        self._peers: dict[int, socket.socket] = {}
+        self._readers: dict[int, FrameReader] = {}
+        self._gone: set[int] = set()  # closed by the peer: nothing more will come
+        self._received: dict[int, dict[int, Any]] = {}  # test index -> rank -> outcome
+        # The main thread gathers; rank 0's deadline watch may look at what arrived meanwhile.
+        self._lock = threading.Lock()
+
+    def accept(self, timeout_s: float) -> list[int]:
+        """Take every other rank's connection; the ranks that did not connect in time."""
+        listener = self._listener
+        assert listener is not None
+        deadline = time.monotonic() + timeout_s
+        waiting = set(range(1, self.world_size))
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            listener.settimeout(remaining)
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                break
+            # A stranger that says nothing holds this up for HELLO_TIMEOUT_S at most.
+            rank, reader, early = self._hello(conn, min(deadline,
+                                                        time.monotonic() + HELLO_TIMEOUT_S))
+            if rank is None or rank not in waiting:
+                conn.close()  # not one of ours, or a rank twice: ignore it
+                continue
+            waiting.discard(rank)
+            conn.setblocking(False)  # reads take what is there; sends wait in _send_all
+            _tune(conn)
+            self._peers[rank] = conn
+            self._readers[rank] = reader
+            for message in early:  # a rank may be a test ahead of this accept
+                self._received.setdefault(int(message["i"]), {})[rank] = message["o"]
+        listener.close()
+        self._listener = None
+        return sorted(waiting)
+
+    @staticmethod
+    def _hello(conn: socket.socket, deadline: float
+               ) -> tuple[int | None, FrameReader, list[Any]]:
+        """The rank a new connection says it is, its reader, and any frames after the hello."""
+        reader = FrameReader()
+        try:
+            while True:
+                conn.settimeout(max(deadline - time.monotonic(), 0.001))
+                data = conn.recv(4096)
+                if not data:
+                    return None, reader, []
+                messages = reader.feed(data)
+                if messages:
+                    first = messages[0]
+                    rank = first.get("hello") if isinstance(first, dict) else None
+                    return (rank if isinstance(rank, int) else None), reader, messages[1:]
+        except (OSError, LinkError, ValueError):
+            return None, reader, []
+
+    def _wait_readable(self, ranks: list[int], timeout_s: float) -> None:
+        """Block until one of `ranks` has sent something (or timeout_s); outside the lock."""
+        poller = select.poll()
+        for r in ranks:
+            poller.register(self._peers[r].fileno(), select.POLLIN)
+        poller.poll(max(timeout_s, 0.0) * 1000)
+
+    def _read_waiting(self) -> None:
+        """Take whatever has arrived from every rank, without blocking (under the lock)."""
+        for r, conn in self._peers.items():
+            while r not in self._gone:
+                try:
+                    data = conn.recv(1 << 16)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self._gone.add(r)  # closed: nothing more will come from it
+                    break
+                try:
+                    messages = self._readers[r].feed(data)
+                except (LinkError, ValueError):
+                    self._gone.add(r)  # not our protocol: treat the rank as silent
+                    break
+                for message in messages:
+                    self._received.setdefault(int(message["i"]), {})[r] = message["o"]
+
+    def gather(self, index: int, timeout_s: float) -> dict[int, Any] | None:
+        """Every other rank's outcome of test `index`, or None when some did not come within
+        timeout_s (what did come is kept: `received` shows it)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                self._read_waiting()
+                got = self._received.get(index, {})
+                missing = [r for r in range(1, self.world_size) if r not in got]
+                if not missing:
+                    return dict(got)
+                listening = [r for r in missing if r not in self._gone]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if not listening:
+                # A rank that closed its connection sends nothing more: wait out the time as
+                # the store did, so the hang report names it, without spinning.
+                time.sleep(remaining)
+                return None
+            self._wait_readable(listening, remaining)
+
+    def received(self, index: int) -> dict[int, Any]:
+        """The outcomes of test `index` that have arrived so far (reads what is waiting)."""
+        with self._lock:
+            self._read_waiting()
+            return dict(self._received.get(index, {}))
+
+    def forget(self, index: int) -> None:
+        with self._lock:
+            self._received.pop(index, None)
+
+    def broadcast(self, index: int, verdict: Any) -> None:
+        """The verdict of test `index` to every other rank (a rank that is gone is skipped)."""
+        frame = encode({"i": index, "v": verdict})
+        for r, conn in self._peers.items():
+            if r in self._gone:
+                continue
+            try:
+                _send_all(conn, frame, SEND_TIMEOUT_S)
+            except OSError:
+                self._gone.add(r)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for conn in self._peers.values():
+            conn.close()
+        self._peers.clear()
+
+
+class PeerLink:
+    """The end of a rank other than 0: outcomes out, verdicts in."""
+
+    def __init__(self, address: str, port: int, rank: int, timeout_s: float) -> None:
+        try:
+            self._conn = socket.create_connection((address, port), timeout=timeout_s)
+        except OSError as exc:
+            raise LinkError(f"rank {rank} could not connect to rank 0 at {address}:{port}: "
+                            f"{exc}") from exc
+        _tune(self._conn)
+        self._reader = FrameReader()
+        self._ready: list[Any] = []  # verdict frames read but not taken
+        self._conn.sendall(encode({"hello": rank}))
+
+    def send(self, index: int, outcome: Any) -> None:
+        """This rank's outcome of test `index` (a lost rank 0 shows when the verdict is due)."""
+        try:
+            self._conn.settimeout(SEND_TIMEOUT_S)
+            self._conn.sendall(encode({"i": index, "o": outcome}))
+        except OSError:
+            pass
+
+    def _read(self, timeout_s: float) -> bool:
+        """Read once; False on timeout or when rank 0 is gone."""
+        try:
+            self._conn.settimeout(max(timeout_s, 0.001))
+            data = self._conn.recv(1 << 16)
+        except (TimeoutError, OSError):
+            return False
+        if not data:
+            return False
+        try:
+            self._ready += self._reader.feed(data)
+        except (LinkError, ValueError):
+            return False
+        return True
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether a verdict has arrived (waiting up to timeout_s), without taking it."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                return bool(self._ready)
+        return True
+
+    def verdict(self, index: int, timeout_s: float) -> Any | None:
+        """Rank 0's verdict on test `index`; None if it does not come within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while self._ready:
+                message = self._ready.pop(0)
+                if message.get("i") == index:
+                    return message["v"]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                return None
+
+    def close(self) -> None:
+        self._conn.close()
