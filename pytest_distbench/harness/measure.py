@@ -8,6 +8,7 @@ import statistics
 import time
 from array import array
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -88,8 +89,9 @@ class Distbench:
         messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
         pressured = self._pressured(pressure_ranks)
         rss.reset_peak()
-        warm = [self._timed_call(fn) for _ in range(s.warmup)]
-        per_call = self._agreed_per_call(fn, warm) if s.iterations is None or s.duration_s else 0
+        timed = self._timer(fn)
+        warm = [timed() for _ in range(s.warmup)]
+        per_call = self._agreed_per_call(timed, warm) if s.iterations is None or s.duration_s else 0
         pressure = self._prepare_pressure(pressured)
         samples = array("d")
         try:
@@ -105,14 +107,14 @@ class Distbench:
                 reporter.start()
             try:
                 if s.duration_s is not None:
-                    if self._run_for(fn, samples, s.duration_s, per_call):
+                    if self._run_for(timed, samples, s.duration_s, per_call):
                         figures["stopped_at_sample_cap"] = True
                 else:
                     iterations = s.iterations
                     if iterations is None:
                         wanted = math.ceil(s.budget_s / per_call)
                         iterations = max(s.min_iterations, min(s.max_iterations, wanted))
-                    self._run_count(fn, samples, iterations)
+                    self._run_count(timed, samples, iterations)
             finally:
                 if reporter is not None:
                     reporter.stop()  # first: its last line ends where the loop ended
@@ -181,23 +183,45 @@ class Distbench:
                 "pass name=... to tell the measurements apart"
             )
 
-    def _timed_call(self, fn: Callable[[], Any]) -> float:
-        start = time.perf_counter()
-        result = fn()
-        if result is not None and hasattr(result, "wait"):
-            result.wait()
-        self._synchronize()
-        return time.perf_counter() - start
+    def _timer(self, fn: Callable[[], Any]) -> Callable[[], float]:
+        """`fn` timed once per call: seconds, a returned work waited for, the device drained.
+
+        Built once per measurement, so the per-iteration path is only the clock, the call and
+        a None check: on a CPU device it carries no device test at all.
+        """
+        clock = time.perf_counter
+        if self.device.type == "cuda":
+            device, synchronize = self.device, torch.cuda.synchronize
+
+            def timed_on_device() -> float:
+                start = clock()
+                result = fn()
+                if result is not None and hasattr(result, "wait"):
+                    result.wait()
+                # A CUDA launch returns before the work is done: drain the device.
+                synchronize(device)
+                return clock() - start
+
+            return timed_on_device
+
+        def timed() -> float:
+            start = clock()
+            result = fn()
+            if result is not None and hasattr(result, "wait"):
+                result.wait()
+            return clock() - start
+
+        return timed
 
     def _synchronize(self) -> None:
         # A CUDA launch returns before the work is done; a host clock needs the device drained.
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _agreed_per_call(self, fn: Callable[[], Any], warm: list[float]) -> float:
+    def _agreed_per_call(self, timed: Callable[[], float], warm: list[float]) -> float:
         """Seconds per call every rank agrees on: the slowest rank's warm-up median."""
         if not warm:
-            warm = [self._timed_call(fn)]
+            warm = [timed()]
         # The median ignores the loopback stalls; the max over ranks makes every rank agree.
         estimate = torch.tensor([statistics.median(warm)], dtype=torch.float64)
         dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=self._control)
@@ -205,12 +229,12 @@ class Distbench:
 
     # -- the timed loops --------------------------------------------------------------------
 
-    def _run_count(self, fn: Callable[[], Any], samples: array, iterations: int) -> None:
-        append, timed = samples.append, self._timed_call
-        for _ in range(iterations):
-            append(timed(fn))
+    def _run_count(self, timed: Callable[[], float], samples: array, iterations: int) -> None:
+        append = samples.append
+        for _ in repeat(None, iterations):
+            append(timed())
 
-    def _run_for(self, fn: Callable[[], Any], samples: array, duration_s: float,
+    def _run_for(self, timed: Callable[[], float], samples: array, duration_s: float,
                  per_call: float) -> bool:
         """Run for `duration_s`, every rank stopping after the same iteration; True if the
         run stopped early at MAX_DURATION_SAMPLES.
@@ -223,15 +247,15 @@ class Distbench:
         per-iteration traffic and no blocking synchronization, only one small collective per
         chunk, and the run ends within about one chunk after the duration.
         """
-        append, timed = samples.append, self._timed_call
+        append = samples.append
         chunk_s = min(CHUNK_S, duration_s / 10)
         size = self._chunk_size(chunk_s, per_call)  # iterations in the chunk about to run
         decision = torch.zeros(2, dtype=torch.float64)  # [stop after next chunk, size after]
         pending = None
         start = time.perf_counter()
         while True:
-            for _ in range(size):
-                append(timed(fn))
+            for _ in repeat(None, size):
+                append(timed())
             if pending is not None:
                 pending.wait()
                 stop, proposed = decision.tolist()
