@@ -210,6 +210,30 @@ def test_a_hanging_rank_ends_the_session_with_stacks(pytester, leak_tag):
     assert record["id"].endswith("test_first[gloo-ws2]::before")
 
 
+def test_the_other_ranks_exit_at_once_when_rank_0_dies(pytester, leak_tag):
+    pytester.makepyfile(textwrap.dedent("""
+        import os, pytest
+
+        @pytest.mark.distbench
+        def test_rank_0_dies(distbench):
+            if distbench.rank == 0:
+                os._exit(3)
+
+        @pytest.mark.distbench
+        def test_never_reached(distbench):
+            pass
+    """))
+    ranks = launch(pytester.path, "openmpi", 3, ["--distbench", "--distbench-timeout=120"],
+                   timeout=100)
+    assert ranks[0].returncode == 3
+    for other in ranks[1:]:
+        assert other.returncode != 0, other.output
+        assert "lost rank 0 during test_the_other_ranks_exit_at_once_when_rank_0_dies.py::" \
+               "test_rank_0_dies[gloo-ws3] (its connection closed)" in other.output, other.output
+        # At once: not after the test's 120 s timeout and the verdict margin.
+        assert other.seconds < 60, other.output
+
+
 def test_forced_launcher_mode_without_a_launcher_is_a_usage_error(pytester, leak_tag):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     [done] = run_all([(PYTEST + ["--distbench", "--distbench-launcher=env"], {})],

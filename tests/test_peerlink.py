@@ -114,8 +114,12 @@ def test_a_lost_rank_0_gives_no_verdict(world):
     peers.append(PeerLink("127.0.0.1", zero.port, 2, 5))
     assert zero.accept(5) == []
     zero.close()
+    began = time.monotonic()
     assert peers[0].verdict(0, 5) is None
+    assert peers[0].lost
     assert not peers[1].ready(5)
+    assert peers[1].lost
+    assert time.monotonic() - began < 2  # known at once, not after the timeout
 
 
 def test_accept_names_the_ranks_that_never_connected_and_ignores_strangers(world):

@@ -68,9 +68,30 @@ def flush() -> None:
             pass
 
 
+_stderr_fd: int | None = None  # a copy of descriptor 2 from before any test's capture
+
+
+def keep_stderr() -> None:
+    """Take a copy of descriptor 2 now, at the session's start, while pytest's capture is
+    suspended: a message written there by exit_now reaches the user even from inside a test,
+    whose output pytest captures and which os._exit would lose."""
+    global _stderr_fd
+    if _stderr_fd is None:
+        try:
+            _stderr_fd = os.dup(2)
+        except OSError:
+            _stderr_fd = None
+
+
 def exit_now(code: int = EXIT_CODE, message: str | None = None) -> None:
     if message:
-        sys.stderr.write(message + "\n")
+        if _stderr_fd is not None:
+            try:
+                os.write(_stderr_fd, (message + "\n").encode(errors="replace"))
+            except OSError:
+                sys.stderr.write(message + "\n")
+        else:
+            sys.stderr.write(message + "\n")
     flush()
     os._exit(code)
 

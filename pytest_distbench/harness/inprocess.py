@@ -72,6 +72,7 @@ class LauncherSession(DistbenchSession):
             self.watch: Any = hang.DeadlineWatch(self._report_hang)
         else:
             self.watch = hang.VerdictWatch(watch_channel, self.rank)
+        hang.keep_stderr()  # exit_now's messages must outlive a test's output capture
         self._zero_link: RankZeroLink | None = None
         self._peer_link: PeerLink | None = None
         self._open_link()
@@ -326,6 +327,12 @@ class LauncherSession(DistbenchSession):
         assert self._peer_link is not None
         verdict = self._peer_link.verdict(running.index,
                                           running.timeout_s + hang.VERDICT_MARGIN_S)
+        if verdict is None and self._peer_link.lost and self.watch.disarm():
+            # Rank 0 ends its connection only after its last verdict, or when it is gone (a
+            # hang's report is the verdict watch's to finish: it has disarmed nothing then).
+            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: lost rank 0 during "
+                                          f"{running.item.nodeid} (its connection closed); "
+                                          "exiting")
         if verdict is None or verdict["status"] == "hung":
             hang.park()  # the verdict watch reports the stack and ends the process
         self.watch.disarm()

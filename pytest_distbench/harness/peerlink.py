@@ -263,6 +263,7 @@ class PeerLink:
         _tune(self._conn)
         self._reader = FrameReader()
         self._ready: list[Any] = []  # verdict frames read but not taken
+        self.lost = False  # rank 0 closed the connection: no verdict will come
         self._conn.sendall(encode({"hello": rank}))
 
     def send(self, index: int, outcome: Any) -> None:
@@ -274,17 +275,23 @@ class PeerLink:
             pass
 
     def _read(self, timeout_s: float) -> bool:
-        """Read once; False on timeout or when rank 0 is gone."""
+        """Read once; False on timeout or when rank 0 is gone (then `lost`)."""
+        if self.lost:
+            return False
         try:
             self._conn.settimeout(max(timeout_s, 0.001))
             data = self._conn.recv(1 << 16)
-        except (TimeoutError, OSError):
+        except TimeoutError:
             return False
+        except OSError:
+            data = b""
         if not data:
+            self.lost = True
             return False
         try:
             self._ready += self._reader.feed(data)
         except (LinkError, ValueError):
+            self.lost = True
             return False
         return True
 
