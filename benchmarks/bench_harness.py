@@ -60,7 +60,7 @@ def forkserver_world_starts(world_size: int, later: int) -> tuple[float, list[fl
         import json, tempfile, time
         from pathlib import Path
         began = time.perf_counter()
-        from pytest_distbench.harness.world import World, WorldKey, warm_up_forkserver
+        from pytest_distbench.harness.local.world import World, WorldKey, warm_up_forkserver
         warm_up_forkserver()
         import torch.distributed as dist
         store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

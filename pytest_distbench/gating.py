@@ -1,23 +1,39 @@
-"""pytest hooks of A/B mode and baseline history (loaded by plugin.py through pytest_plugins).
+"""Every baseline option, resolved here: the stored baseline (save, overwrite, append,
+compare, strict) and the live one (A/B mode). A pytest plugin of its own (plugin.py loads it
+through pytest_plugins).
 
-The options live here, checked before any test runs; the per-test work is in harness/ab.py
-(A/B rounds) and results/history.py (stored runs); plugin.py only hands a test to A/B mode and
-a finished run to the history.
+The options are checked before any test runs; the per-test work is in harness/ab/ (A/B
+rounds), results/gate.py (a stored baseline's verdicts) and results/history.py (stored runs);
+plugin.py hands a test's records to `judge` and outputs.py a finished run to `compare_run`.
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 AB_KEY = pytest.StashKey[Any]()
+GATE_KEY = pytest.StashKey[Any]()  # results.gate.Gate of --distbench-compare
+SAVE_PATH_KEY = pytest.StashKey[Path]()
+WARNINGS_KEY = pytest.StashKey[list[str]]()
 MIN_ROUNDS = 2
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
+    group.addoption("--distbench-save", metavar="NAME", default=None,
+                    help="store this run as the baseline NAME (baselines/NAME.json)")
+    group.addoption("--distbench-overwrite", action="store_true", default=False,
+                    help="allow --distbench-save to replace an existing baseline")
+    group.addoption("--distbench-compare", metavar="NAME|PATH", default=None,
+                    help="compare against a baseline; each real regression fails its test")
+    group.addoption("--distbench-strict", action="store_true", default=False,
+                    help="with --distbench-compare: a different environment is an error")
+    parser.addini("distbench_baseline_dir", default="baselines",
+                  help="directory of named baselines, relative to the rootdir")
     group.addoption("--distbench-baseline-env", metavar="K=V ...", default=None,
                     help="A/B mode: a live baseline in this session whose ranks get these "
                          "environment variables (space separated K=V, shell quoting); the "
@@ -53,7 +69,7 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 def parse_rounds(text: str | None) -> int:
-    from .harness.ab import DEFAULT_ROUNDS
+    from .harness.ab.mode import DEFAULT_ROUNDS
 
     if text is None:
         return DEFAULT_ROUNDS
@@ -93,8 +109,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "baseline per run")
     if not config.getoption("distbench"):
         return
-    from .harness.ab import ABMode
-    from .harness.variants import BaselinePythonError, check_interpreter
+    from .harness.ab.mode import ABMode
+    from .harness.ab.variants import BaselinePythonError, check_interpreter
 
     facts = None
     if python is not None:
@@ -103,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except BaselinePythonError as exc:
             raise pytest.UsageError(f"--distbench-baseline-python: {exc}") from None
     config.stash[AB_KEY] = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
-    from .harness.ab import RUN_BUDGET
+    from .harness.ab.mode import RUN_BUDGET
     from .settings import RUN_DEFAULTS
 
     # Many short paired runs see more than a few long ones (docs/gating.md); a budget the
@@ -111,21 +127,141 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash.setdefault(RUN_DEFAULTS, {}).setdefault("budget", RUN_BUDGET)
 
 
+def configure(config: pytest.Config, launch: Any, reports: bool) -> None:
+    """After the launch mode is known: refuse A/B mode under a launcher; on the reporting
+    process, check the stored baseline options before any rank starts (a bad one must not
+    cost a whole run)."""
+    if launch is not None and config.stash.get(AB_KEY, None) is not None:
+        raise pytest.UsageError(
+            "--distbench-baseline-env/--distbench-baseline-python: A/B mode starts both "
+            f"variants' worlds itself and cannot run under a launcher ({launch.launcher} "
+            "started this rank); run it without the launcher, or compare launched runs "
+            "through a stored baseline (--distbench-save / --distbench-compare)")
+    if reports:
+        _configure_stored(config)
+
+
+def _configure_stored(config: pytest.Config) -> None:
+    from .results import storage
+
+    baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
+    save = config.getoption("distbench_save")
+    if save:
+        try:
+            path = storage.resolve_baseline(save, baseline_dir)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--distbench-save: {exc}") from None
+        if (path.exists() and not config.getoption("distbench_overwrite")
+                and not config.getoption("distbench_append")):
+            raise pytest.UsageError(
+                f"--distbench-save: baseline {path} already exists; pass --distbench-overwrite "
+                "to replace it"
+            )
+        config.stash[SAVE_PATH_KEY] = path
+    compare = config.getoption("distbench_compare")
+    if compare:
+        from .results.environment import controller_environment
+        from .results.gate import Gate
+
+        gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
+        differences = gate.environment_differences(controller_environment())
+        if differences and gate.strict:
+            raise pytest.UsageError(
+                f"--distbench-strict: baseline {gate.path} was measured in another environment: "
+                + "; ".join(differences)
+            )
+        config.stash[GATE_KEY] = gate
+        config.stash[WARNINGS_KEY] = [
+            f"WARNING: baseline {gate.path} was measured in another environment; differences "
+            "may not come from your change:"
+        ] + [f"  {line}" for line in differences] if differences else []
+
+
+def ab_mode(config: pytest.Config) -> Any:
+    """The A/B mode of this run (harness/ab/mode.ABMode), or None."""
+    return config.stash.get(AB_KEY, None)
+
+
+def save_path(config: pytest.Config) -> Path | None:
+    return config.stash.get(SAVE_PATH_KEY, None)
+
+
+def warnings(config: pytest.Config) -> list[str]:
+    return config.stash.get(WARNINGS_KEY, [])
+
+
+def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
+          ) -> tuple[dict[str, Any], list[str]]:
+    """The stored baseline's verdict per record id, and a failure message per regression."""
+    gate = item.config.stash.get(GATE_KEY, None)
+    failures, verdicts = [], {}
+    if gate is not None:
+        for record in records:
+            v = gate.judge(record, threshold)
+            verdicts[record["id"]] = v
+            if v is not None and v.kind == "regression":
+                failures.append(gate.failure_message(v, len(record["samples"])))
+    return verdicts, failures
+
+
+def store_run(config: pytest.Config, session: Any, document: dict[str, Any],
+              write: Any) -> None:
+    """--distbench-save: the run as the baseline (`write`), or added to its history."""
+    path = save_path(config)
+    if path is None:
+        return
+    if config.getoption("distbench_append"):
+        from .results.history import append_run
+
+        try:
+            session.notes.append(append_run(document, path))
+        except (OSError, ValueError) as exc:
+            session.output_errors.append(f"could not add this run to baseline {path}: {exc}")
+        return
+    write(session, document, path, overwrite=config.getoption("distbench_overwrite"),
+          what="baseline")
+
+
+def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """--distbench-compare: the whole run's comparison (kept on the session); the baseline's
+    document, or None without a stored baseline."""
+    gate = config.stash.get(GATE_KEY, None)
+    if gate is None:
+        return None
+    from .results.verdict import speed_difference
+    from .settings import resolve
+
+    session.comparison = gate.comparison(document, resolve(config).threshold)
+    speed = speed_difference(gate.document["distbench"]["environment"],
+                             document["distbench"]["environment"])
+    if speed:
+        config.stash.setdefault(WARNINGS_KEY, []).append(f"WARNING: {speed}")
+    return gate.document
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Start the baseline's forkserver once every option is known good, so its imports
     overlap collection."""
     mode = session.config.stash.get(AB_KEY, None)
     if mode is not None:
-        mode.start()
+        from .harness.session import SESSION_KEY
+
+        mode.start(session.config.stash[SESSION_KEY])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    gate = config.stash.get(GATE_KEY, None)
+    if gate is not None:
+        lines.append(f"distbench: comparing against {gate.path}; {gate.noise_note}")
+    lines += warnings(config)
     mode = config.stash.get(AB_KEY, None)
     if mode is None:
-        return []
-    from .harness.ab import RUN_BUDGET
+        return lines
+    from .harness.ab.mode import RUN_BUDGET
 
-    lines = [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
+    lines += [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
              f"live baseline: {mode.description}",
              f"distbench A/B: each round runs each variant once, for --distbench-budget of "
              f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
@@ -141,7 +277,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     mode = config.stash.get(AB_KEY, None)
     if mode is None or not mode.outcomes:
         return
-    from .harness.ab import ROUND_STATISTIC
+    from .harness.ab.mode import ROUND_STATISTIC
     from .results.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")

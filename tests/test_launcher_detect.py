@@ -6,14 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.inprocess import describe_failures, first_difference
-from pytest_distbench.harness.launcher import (
+from pytest_distbench.harness.launcher.agreement import first_difference
+from pytest_distbench.harness.launcher.detect import (
     DEFAULT_PORT,
     SLURM_PORT_BASE,
     LaunchError,
     detect,
     expand_hostlist,
 )
+from pytest_distbench.harness.launcher.rank0 import run_result
+from pytest_distbench.harness.launcher.wire import Outcome
+from pytest_distbench.harness.outcome import describe_problems
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
             "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "abc",
@@ -127,12 +130,11 @@ def test_first_difference_names_the_first_item_that_differs(ids, cut):
 
 def test_failures_are_tagged_and_the_first_comes_first():
     posted = {
-        0: {"status": "failed", "message": "RuntimeError: Connection closed by peer",
-            "order": 2, "released": False},
-        1: {"status": "failed", "message": "ValueError: boom", "order": 1, "released": True},
-        2: {"status": "passed", "message": "", "order": None, "released": False},
+        0: Outcome("failed", "RuntimeError: Connection closed by peer", [], "", order=2),
+        1: Outcome("failed", "ValueError: boom", [], "", order=1, released=True),
+        2: Outcome("passed", "", [], ""),
     }
-    text = describe_failures(posted)
+    text = describe_problems(run_result(posted), 60.0)
     assert text.index("rank 1 raised:\n[rank 1] ValueError: boom") < text.index(
         "rank 0 failed after rank 1 did")
     assert "[rank 0] RuntimeError: Connection closed by peer" in text

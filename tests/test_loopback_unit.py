@@ -6,8 +6,8 @@ import socket
 
 import listeners
 
-from pytest_distbench.harness import loopback
-from pytest_distbench.harness.world import World, WorldKey
+from pytest_distbench.harness.local import loopback
+from pytest_distbench.harness.local.world import World, WorldKey
 
 
 def test_loopback_interface_is_found_by_its_flags(tmp_path):

@@ -1,4 +1,4 @@
-"""Launcher mode's per-test link (harness/peerlink.py): frames, and real loopback connections."""
+"""Launcher mode's per-test link (harness/launcher/peerlink.py): frames, and real loopback connections."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.peerlink import (
+from pytest_distbench.harness.launcher.peerlink import (
     FRAME_LIMIT,
     FrameReader,
     LinkError,

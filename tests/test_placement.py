@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pytest_distbench.harness.world import effective_bind, rank_cpus
+from pytest_distbench.harness.local.world import effective_bind, rank_cpus
 from pytest_distbench.settings import _bind
 
 USABLE = sorted(os.sched_getaffinity(0))

@@ -33,7 +33,7 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
     # Before torch opens a socket: the world's listen interface, fork safety for RDMA, ...
     os.environ.update(dict(spec.env))
     try:
-        rank = _Rank(spec, conn)
+        rank = Rank(spec, conn)
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
@@ -84,7 +84,7 @@ def _die_with_controller(lifeline: Connection) -> None:
     threading.Thread(target=watch, name="distbench-lifeline", daemon=True).start()
 
 
-class _Rank:
+class Rank:
     def __init__(self, spec: RankSpec, conn: Connection | None = None) -> None:
         import torch
         import torch.distributed as dist

@@ -143,3 +143,17 @@ class TestOutcome:
     status: str  # "passed", "failed" or "skipped"
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorldKey:
+    world_size: int
+    backend: str
+    device_type: str
+    bind: str = "none"
+    # A/B mode: "baseline" or "candidate", so the two variants never share ranks ("" otherwise).
+    variant: str = ""
+
+    def __str__(self) -> str:
+        suffix = f" {self.variant}" if self.variant else ""
+        return f"{self.backend} ws{self.world_size} {self.device_type}{suffix}"

@@ -27,7 +27,7 @@ def verdict_cell(kind: str, gateable: bool) -> str:
 
 
 def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
-    """`statistic`: what stands for a round in the verdict (harness/ab.py ROUND_STATISTIC)."""
+    """`statistic`: what stands for a round in the verdict (harness/ab/mode.py ROUND_STATISTIC)."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []

@@ -3,7 +3,7 @@
 Round r runs the test once in the baseline's world and once in the candidate's, in the order
 AB, BA, AB, BA... (ABBA: each side goes first equally often, so "second in the round" cannot
 favour one of them). The two variants have worlds of their own (the world key carries the
-variant) and the baseline's ranks come from their own forkserver (harness/variants.py), started
+variant) and the baseline's ranks come from their own forkserver (harness/ab/variants.py), started
 with the baseline's environment overrides or interpreter. The verdict is paired
 (results/paired.py): each round's ratio (of its fastest iterations) cancels what the machine
 did during that round.
@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
-from ..results import paired, stats
-from ..settings import Settings
-from .session import DistbenchSession, _raise_for_problems, _task_for, build_records
+from ...results import paired, stats
+from ...settings import Settings
+from ..local.session import LocalSession
+from ..local.world import PRELOAD
+from ..outcome import prepare, summarize_record
+from ..wire import WorldKey
 from .variants import InterpreterFacts, VariantServer
-from .world import _PRELOAD, VARIANT_CONTEXTS, WorldKey, WorldStartError, prefix_output
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 DEFAULT_ROUNDS = 20
@@ -72,37 +74,37 @@ class ABMode:
                          f"{self.interpreter.torch})")
         return ", ".join(parts)
 
-    def start(self) -> None:
-        """Start the baseline's forkserver now, so its imports overlap collection."""
+    def start(self, session: LocalSession) -> None:
+        """Start the baseline's forkserver now, so its imports overlap collection; the
+        session's baseline worlds fork from it."""
         self._server = VariantServer(
-            preload=list(_PRELOAD), env_overrides=dict(self.env_overrides),
+            preload=list(PRELOAD), env_overrides=dict(self.env_overrides),
             interpreter=self.interpreter,
         )
-        VARIANT_CONTEXTS[BASELINE] = self._server.context(BASELINE)
+        session.contexts[BASELINE] = self._server.context(BASELINE)
         self._server.ensure_running()
 
     def close(self) -> None:
-        VARIANT_CONTEXTS.pop(BASELINE, None)
         if self._server is not None:
             self._server.stop()
 
     # -- running ----------------------------------------------------------------------------
 
-    def run_item(self, session: DistbenchSession, item: pytest.Function, settings: Settings,
+    def run_item(self, session: LocalSession, item: pytest.Function, settings: Settings,
                  key: WorldKey) -> list[dict[str, Any]]:
         """Run the rounds; record the candidate (rounds merged); fail on a regression."""
         import time
 
         began = time.perf_counter()
-        task = _task_for(item, settings)
+        task = prepare(item, settings)
         tasks = {CANDIDATE: task, BASELINE: self._baseline_task(task)}
         runs: dict[str, list[list[dict[str, Any]]]] = {BASELINE: [], CANDIDATE: []}
         for r in range(self.rounds):
             order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
             for variant in order:
-                runs[variant].append(
-                    self._run_variant(session, item, settings, key, variant, tasks[variant])
-                )
+                runs[variant].append(session.run_item(
+                    item, settings, dataclasses.replace(key, variant=variant),
+                    task=tasks[variant]))
         wall = time.perf_counter() - began
         merged = [merge_rounds([rnd[i] for rnd in runs[CANDIDATE]])
                   for i in range(len(runs[CANDIDATE][0]))]
@@ -140,34 +142,6 @@ class ABMode:
             task, sys_path=tuple(self._server.rank_sys_path(list(task.sys_path)))
         )
 
-    def _run_variant(self, session: DistbenchSession, item: pytest.Function, settings: Settings,
-                     key: WorldKey, variant: str, task: Any) -> list[dict[str, Any]]:
-        vkey = dataclasses.replace(key, variant=variant)
-        try:
-            world = session.world(vkey, settings.timeout)
-        except WorldStartError as exc:
-            pytest.fail(f"could not start the {variant} world: {exc}", pytrace=False)
-        result = world.run(task, settings.timeout)
-        if not result.clean:
-            session.retire(world)
-        shown = prefix_output(result.output)
-        if shown:
-            item.add_report_section("call", f"{variant} ranks", shown)
-        try:
-            _raise_for_problems(result, settings.timeout)
-        except pytest.fail.Exception as exc:
-            pytest.fail(f"{variant} variant: {exc.msg}", pytrace=False)
-        statuses = {o.status for o in result.outcomes.values()}
-        if "skipped" in statuses:
-            reasons = sorted({o.message for o in result.outcomes.values() if o.message})
-            pytest.skip(f"{variant} variant: " + ("; ".join(reasons) or "skipped in a rank"))
-        records = build_records(item, vkey, result, settings)
-        wrong = sum(r["wrong"] or 0 for r in records)
-        if wrong:
-            pytest.fail(f"{variant} variant: {wrong} wrong element(s) in the checked result",
-                        pytrace=False)
-        return records
-
 
 def round_value(samples: list[float]) -> float:
     """The ROUND_STATISTIC of one round's samples (seconds per iteration)."""
@@ -177,25 +151,10 @@ def round_value(samples: list[float]) -> float:
 def merge_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
     """One record of the same benchmark measured in several rounds: samples in time order."""
     first = dict(records[0])
-    samples = [s for r in records for s in r["samples"]]
-    rank_samples = [
-        [s for r in records for s in r["rank_samples"][rank]]
-        for rank in range(len(first["rank_samples"]))
-    ]
-    summary = stats.summarize(samples)
-    algbw = (stats.algbw_gbps(first["nbytes"], summary.p50)
-             if first.get("nbytes") and summary.p50 > 0 else None)
-    first.update(
-        samples=samples,
-        rank_samples=rank_samples,
-        iterations=len(samples),
-        summary=summary.as_dict(),
-        algbw_gbps=algbw,
-        busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, first["busbw_factor"]),
-        skew=stats.rank_skew(rank_samples),
-        stalls=stats.stall_count(samples),
-        wrong=None if first.get("wrong") is None else sum(r["wrong"] or 0 for r in records),
-    )
+    summarize_record(first, [[s for r in records for s in r["rank_samples"][rank]]
+                             for rank in range(len(first["rank_samples"]))])
+    if first.get("wrong") is not None:
+        first["wrong"] = sum(r["wrong"] or 0 for r in records)
     return first
 
 

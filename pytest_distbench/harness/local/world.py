@@ -12,15 +12,15 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from . import rank as rank_module
+from .. import rank as rank_module
+from ..outcome import RunResult, describe_exit, prefix_output
+from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome, WorldKey
 from .loopback import rank_listen_env
-from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
-_PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
+PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
             "pytest_distbench.harness.measure"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
@@ -33,7 +33,7 @@ OUTPUT_TAIL_BYTES = 1024 * 1024
 
 def forkserver_context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    ctx.set_forkserver_preload(PRELOAD)
     return ctx
 
 
@@ -43,24 +43,6 @@ def warm_up_forkserver() -> None:
 
     forkserver_context()
     forkserver.ensure_running()
-
-
-@dataclass(frozen=True)
-class WorldKey:
-    world_size: int
-    backend: str
-    device_type: str
-    bind: str = "none"
-    # A/B mode: "baseline" or "candidate", so the two variants never share ranks ("" otherwise).
-    variant: str = ""
-
-    def __str__(self) -> str:
-        suffix = f" {self.variant}" if self.variant else ""
-        return f"{self.backend} ws{self.world_size} {self.device_type}{suffix}"
-
-
-# A/B mode registers a context per variant whose ranks come from another forkserver.
-VARIANT_CONTEXTS: dict[str, multiprocessing.context.BaseContext] = {}
 
 
 def effective_bind(bind: str, device_type: str, ab_mode: bool) -> str:
@@ -96,29 +78,6 @@ class WorldStartError(Exception):
     pass
 
 
-@dataclass
-class RunResult:
-    """What became of one test in every rank."""
-
-    outcomes: dict[int, TestOutcome] = field(default_factory=dict)
-    died: dict[int, int | None] = field(default_factory=dict)  # rank -> exit code
-    hung: list[int] = field(default_factory=list)  # silent at the deadline
-    released: list[int] = field(default_factory=list)  # killed after another rank failed
-    stacks: dict[int, str] = field(default_factory=dict)
-    output: dict[int, str] = field(default_factory=dict)
-    elapsed_s: float = 0.0
-
-    @property
-    def clean(self) -> bool:
-        """Every rank answered and none failed: the world can be reused."""
-        return (
-            not self.died
-            and not self.hung
-            and not self.released
-            and all(o.status != "failed" for o in self.outcomes.values())
-        )
-
-
 class World:
     def __init__(
         self,
@@ -131,10 +90,13 @@ class World:
         timeout_s: float,
         loopback_only: bool = True,
         env: dict[str, str] | None = None,
+        context: multiprocessing.context.BaseContext | None = None,
     ) -> None:
         """`loopback_only`: gloo and TensorPipe listen on loopback (a local world); launcher
-        mode passes False to keep the interface the user chose. `env`: more rank environment."""
+        mode passes False to keep the interface the user chose. `env`: more rank environment.
+        `context`: where the ranks are forked from (default: the preloaded forkserver)."""
         self.key = key
+        self.context = context
         self.store_host = store_host
         self.store_port = store_port
         self.store_prefix = store_prefix
@@ -156,7 +118,7 @@ class World:
 
     def start(self, start_timeout_s: float) -> None:
         began = time.perf_counter()
-        ctx = VARIANT_CONTEXTS.get(self.key.variant) or forkserver_context()
+        ctx = self.context or forkserver_context()
         for r in range(self.key.world_size):
             spec = RankSpec(
                 rank=r,
@@ -279,7 +241,7 @@ class World:
         result.elapsed_s = time.monotonic() - began
         if pending:
             if grace_deadline is not None and time.monotonic() < deadline:
-                result.released = sorted(pending)
+                result.stopped = sorted(pending)
             else:
                 result.hung = sorted(pending)
                 result.stacks = self._dump_stacks(sorted(pending), marks)
@@ -352,23 +314,3 @@ class World:
 
     def _all_output(self) -> str:
         return prefix_output({r: self._read_from(p, 0) for r, p in enumerate(self.capture_paths)})
-
-
-def prefix_output(output: dict[int, str]) -> str:
-    lines = []
-    for r in sorted(output):
-        for line in output[r].splitlines():
-            lines.append(f"[rank {r}] {line}")
-    return "\n".join(lines)
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "no exit status"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name} (exit code {code})"
-    return f"exited with code {code}"

@@ -2,7 +2,7 @@
 
 Under torchrun, SLURM (srun), Open MPI or MPICH (mpirun) pytest runs in every launched process;
 each process is one rank of one world whose size the launcher fixed. This module only reads
-the environment (no torch import); harness/inprocess.py runs the tests.
+the environment (no torch import); harness/launcher/session.py runs the tests.
 
     torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
                (TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store at MASTER_ADDR)

@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 
-from .session import RankLocal
-from .wire import RANK_FIXTURES
+from ..outcome import RankLocal
+from ..wire import RANK_FIXTURES
 
 # Per-test hooks whose implementations a lean run bypasses (it calls pytest_pyfunc_call,
 # logstart and logfinish itself; makereport and logreport only for a phase that raised). Any

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from .. import settings as settings_module
+from ... import settings as settings_module
+from ..outcome import WORLD_SIZE_ARG
 from . import lean
-from .launcher import LaunchEnv, resolve
-
-WORLD_SIZE_ARG = "distbench_world_size"  # the plugin's world-size parameter
+from .detect import LaunchEnv, resolve
 
 
 def configure(config: pytest.Config) -> LaunchEnv | None:
@@ -60,7 +59,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
     if any("caplog" in getattr(item, "fixturenames", ()) for item in session.items):
         return
     if rank == 0:
-        from ..plugin import is_distbench
+        from ..outcome import is_distbench
 
         if config.getoption("log_cli_level", None) or config.getini("log_cli"):
             return
@@ -74,7 +73,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
 def _lean_items(session: pytest.Session, owner: Any) -> dict[str, dict[str, Any]]:
     """The distbench items this rank runs lean, with their arguments (none when the session's
     plugins or options need pytest's full protocol)."""
-    from ..plugin import is_distbench
+    from ..outcome import is_distbench
 
     if not lean.session_allows(session.config, owner):
         return {}
@@ -88,10 +87,15 @@ def _lean_items(session: pytest.Session, owner: Any) -> dict[str, dict[str, Any]
 
 def start(config: pytest.Config, launch: LaunchEnv,
           gate_check: Callable[[Any, list[dict[str, Any]], Any], None]) -> Any:
-    """The session of this rank, with its hooks registered."""
-    from .inprocess import LauncherSession
+    """The session of this rank (rank 0's role or the others'), with its hooks registered."""
+    if launch.rank == 0:
+        from .rank0 import RankZeroSession
 
-    session = LauncherSession(config, launch, gate_check)
+        session: Any = RankZeroSession(config, launch, gate_check)
+    else:
+        from .others import OtherRankSession
+
+        session = OtherRankSession(config, launch)
     config.pluginmanager.register(LauncherPlugin(session), "distbench-launcher")
     return session
 
@@ -100,7 +104,7 @@ class LauncherPlugin:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.launch: LaunchEnv = session.launch
-        # Ranks other than 0: the arguments of each item that runs lean (harness/lean.py).
+        # Ranks other than 0: the arguments of each item that runs lean (harness/launcher/lean.py).
         self._lean: dict[str, dict[str, Any]] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -132,7 +136,7 @@ class LauncherPlugin:
         the session (--maxfail, -x, --stepwise): rank 0 stopped after that test, so must they,
         before this one starts. Otherwise the verdict is read just before the next body runs,
         and rank 0's judging overlaps this rank's bookkeeping. Plain distbench tests run lean
-        on these ranks (harness/lean.py): no report objects for phases that passed."""
+        on these ranks (harness/launcher/lean.py): no report objects for phases that passed."""
         if self.launch.rank == 0:
             return None
         if self._stops_on_failure(item.config):

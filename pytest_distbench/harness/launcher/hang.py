@@ -5,7 +5,7 @@ may be stuck in the test body), it declares the test hung in the store, collects
 every rank that did not finish, reports the test as failed and every later test as not run,
 finishes the session (tables, results file) and exits non-zero. The other ranks each keep a
 VerdictWatch: past the same timeout, a thread reads rank 0's verdict on the running test from
-the store (verdicts normally travel over the per-test link, harness/peerlink.py; rank 0 also
+the store (verdicts normally travel over the per-test link, harness/launcher/peerlink.py; rank 0 also
 puts one in the store when the test hung or took over half its timeout); on "hung" it posts
 its main thread's stack, waits for rank 0 to finish reporting and exits
 non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import wire
 from .storechannel import StoreChannel, StoreLost
 
 STACK_WAIT_S = 10.0  # how long rank 0 waits for the stacks of the ranks that did not finish
@@ -41,7 +42,7 @@ class Running:
     started: float  # time.monotonic()
 
     def key(self, name: str) -> str:
-        return f"t{self.index}/{name}"
+        return wire.of_test(self.index, name)
 
 
 def main_thread_stack(test_file: str | None = None) -> str:
@@ -195,7 +196,7 @@ class VerdictWatch(_Watch):
         super().__init__("distbench-verdict")
 
     def _expired(self, running: Running) -> None:
-        key = running.key("verdict")
+        key = running.key(wire.VERDICT)
         try:
             arrived = self._channel.wait([key], VERDICT_MARGIN_S)
             verdict = self._channel.get(key) if arrived else None
@@ -209,9 +210,9 @@ class VerdictWatch(_Watch):
         if verdict.get("status") != "hung" or not self._claim(running):
             return  # the test ended in time after all; the main thread carries on
         try:
-            self._channel.set(running.key(f"stack/{self._rank}"),
+            self._channel.set(running.key(wire.stack(self._rank)),
                               main_thread_stack(str(running.item.path)))
-            self._channel.wait([running.key("exit")], STACK_WAIT_S + EXIT_WAIT_S)
+            self._channel.wait([running.key(wire.EXIT)], STACK_WAIT_S + EXIT_WAIT_S)
         except (StoreLost, RuntimeError):
             pass  # rank 0 finished and took the store with it
         exit_now()

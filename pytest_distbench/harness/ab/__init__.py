@@ -1,0 +1,1 @@
+"""A/B mode: a live baseline measured in the same session, in interleaved rounds."""

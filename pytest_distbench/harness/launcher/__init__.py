@@ -1,0 +1,1 @@
+"""Launcher mode: torchrun, srun or mpirun started every rank; pytest runs in each."""

@@ -1,0 +1,108 @@
+"""Launcher mode, the ranks other than 0: send each test's outcome to rank 0 and apply its
+verdict one test late, so rank 0's judging overlaps this rank's bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from ...settings import Settings
+from ..wire import WorldKey
+from . import hang, wire
+from .detect import LaunchEnv
+from .peerlink import LinkError, PeerLink
+from .session import FAILURE_GRACE_S, START_TIMEOUT_S, LauncherSession
+
+
+class OtherRankSession(LauncherSession):
+    reports = False  # no terminal, no files: rank 0 reports for all
+
+    def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
+        super().__init__(config, launch)
+        self.watch = hang.VerdictWatch(self._watch_channel, self.rank)
+        self._peer_link: PeerLink | None = None
+        self._open_link()
+        # The test whose verdict is not read yet, and this rank's own status of it.
+        self._pending: tuple[hang.Running, str] | None = None
+
+    def _open_link(self) -> None:
+        """Connect to rank 0 where it said in the store."""
+        try:
+            if not self.channel.wait([wire.LINK], START_TIMEOUT_S):
+                raise LinkError(f"rank 0 did not say where to connect within "
+                                f"{START_TIMEOUT_S:g} s")
+            address, port = self.channel.get(wire.LINK)
+            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S)
+        except (LinkError, OSError) as exc:
+            raise pytest.UsageError(f"launcher mode: rank {self.rank}: {exc}") from None
+
+    def _close_link(self) -> None:
+        if self._peer_link is not None:
+            self._peer_link.close()
+
+    def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
+        assert self._peer_link is not None
+        self._peer_link.send(running.index, outcome.to_json())
+
+    def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
+        # Rank 0 sends its verdict once every rank has finished: that is what to wait for.
+        self._send(running, outcome)
+        assert self._peer_link is not None
+        return self._peer_link.ready(FAILURE_GRACE_S)
+
+    def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+        """End the test on this rank without waiting for rank 0's verdict.
+
+        `settle` reads the verdict before the next body runs (or at the end of the session).
+        This rank's own outcome is its provisional result: a failure stays a failure (any
+        failed rank fails the test); a pass or skip that rank 0 turns into a failure is
+        counted when the verdict is read, so exit codes and --maxfail agree with rank 0.
+        """
+        if outcome.status == "passed":  # a failed rank sent its outcome before its grace wait
+            self._send(running, outcome)
+        self._pending = (running, outcome.status)
+        if outcome.status == "failed":
+            pytest.fail(outcome.message, pytrace=False)
+        if outcome.status == "skipped":
+            pytest.skip(outcome.message)
+        return []
+
+    def settle(self) -> None:
+        """Read and apply the verdict still pending, if any (blocking)."""
+        if self._pending is None:
+            return
+        running, provisional = self._pending
+        self._pending = None
+        assert self._peer_link is not None
+        data = self._peer_link.verdict(running.index, running.timeout_s + hang.VERDICT_MARGIN_S)
+        if data is None and self._peer_link.lost and self.watch.disarm():
+            # Rank 0 ends its connection only after its last verdict, or when it is gone (a
+            # hang's report is the verdict watch's to finish: it has disarmed nothing then).
+            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: lost rank 0 during "
+                                          f"{running.item.nodeid} (its connection closed); "
+                                          "exiting")
+        verdict = None if data is None else wire.Verdict.from_json(data)
+        if verdict is None or verdict.status == "hung":
+            hang.park()  # the verdict watch reports the stack and ends the process
+            return
+        self.watch.disarm()
+        if verdict.rebuild:
+            self._close_world(graceful=False)
+        if verdict.status == "failed" and provisional != "failed":
+            _report_late_failure(running.item, verdict.message)
+
+
+def _report_late_failure(item: pytest.Item, message: str) -> None:
+    """A test this rank ended as passed or skipped failed on rank 0's verdict: report it as
+    failed now, through the same hook, so the session's failure count (exit code, --maxfail)
+    is rank 0's."""
+    from _pytest.reports import TestReport
+
+    now = time.time()
+    item.ihook.pytest_runtest_logreport(report=TestReport(
+        item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
+        f"failed on rank 0's verdict:\n{message}", "call", sections=[], duration=0.0,
+        start=now, stop=now))

@@ -1,0 +1,194 @@
+"""Launcher mode, rank 0: gathers every rank's outcome, judges the test, sends the verdict,
+reports for all (and, when a test outlives its timeout, reports the hang and ends the run)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+import pytest
+
+from ...settings import Settings
+from ..live import LivePrinter, terminal_stream
+from ..outcome import RunResult, describe_problems, judge, tag
+from ..wire import Measurement, TestOutcome, WorldKey
+from . import hang, wire
+from .detect import LaunchEnv
+from .peerlink import LinkError, RankZeroLink, listen_address
+from .session import FAILURE_GRACE_S, START_TIMEOUT_S, GateCheck, LauncherSession
+
+
+class RankZeroSession(LauncherSession):
+    def __init__(self, config: pytest.Config, launch: LaunchEnv, gate_check: GateCheck) -> None:
+        super().__init__(config, launch)
+        self.gate_check = gate_check
+        self.watch = hang.DeadlineWatch(self._report_hang)
+        self._zero_link: RankZeroLink | None = None
+        self._open_link()
+        # Rank 0 prints the live reports of its own Reporter thread (harness/live.py).
+        self._live_stream = terminal_stream()
+        self._live: LivePrinter | None = None
+        # Rank 0 sends no outcome: the hang report reads its own from here.
+        self._own: tuple[int, wire.Outcome] | None = None  # (test index, outcome)
+
+    # -- the per-test link ------------------------------------------------------------------
+
+    def _open_link(self) -> None:
+        """Listen, and say where in the store (the connections are taken after the collection
+        round, when every rank is known to be there)."""
+        if self.world_size == 1:
+            return
+        launch = self.launch
+        try:
+            single_host = launch.local_world_size == launch.world_size
+            address = listen_address(launch.master_addr, launch.master_port, single_host)
+            self._zero_link = RankZeroLink(address, self.world_size)
+            self.channel.set(wire.LINK, [address, self._zero_link.port])
+        except (LinkError, OSError) as exc:
+            raise pytest.UsageError(f"launcher mode: rank 0: {exc}") from None
+
+    def _accept_link(self) -> None:
+        if self._zero_link is None:
+            return
+        missing = self._zero_link.accept(START_TIMEOUT_S)
+        if missing:
+            pytest.exit(f"launcher mode: ranks {missing} did not connect to rank 0 at "
+                        f"{self._zero_link.address}:{self._zero_link.port} within "
+                        f"{START_TIMEOUT_S:g} s (a firewall between the hosts?)",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
+
+    def _gather(self, running: hang.Running, timeout_s: float
+                ) -> dict[int, wire.Outcome] | None:
+        """The other ranks' outcomes of the running test; None if some did not come."""
+        if self._zero_link is None:
+            return {}
+        arrived = self._zero_link.gather(running.index, timeout_s)
+        return None if arrived is None else _outcomes(arrived)
+
+    def _close_link(self) -> None:
+        if self._zero_link is not None:
+            self._zero_link.close()
+        if self._live_stream is not None:
+            self._live_stream.close()
+            self._live_stream = None
+
+    # -- one test ---------------------------------------------------------------------------
+
+    def _printer(self, item: pytest.Function, report_every_s: float | None
+                 ) -> LivePrinter | None:
+        self._live = None
+        if report_every_s:
+            self._live = LivePrinter(self.config, item.nodeid, self._live_stream)
+        return self._live
+
+    def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
+        return self._gather(running, FAILURE_GRACE_S) is not None
+
+    def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+        self._own = (running.index, outcome)
+        # The deadline watch acts at the test's deadline; this bound is a backstop.
+        others = self._gather(running, settings.timeout + hang.STACK_WAIT_S)
+        if not self.watch.disarm():
+            hang.park()  # the deadline watch reports the hang and ends the process
+        if others is None:  # past the deadline before the watch thread got to run
+            self._report_hang(running)
+            hang.exit_now()
+        posted = {0: outcome, **others}
+        if any(o.status != "passed" for o in posted.values()):
+            self._read_releases(running, posted)
+        records, verdict = self._judge(item, settings, key, posted)
+        self._send_verdict(running, verdict)
+        if verdict.rebuild:  # a rank that released the others has already closed its own
+            self._close_world(graceful=False)
+        if verdict.status == "failed":
+            pytest.fail(verdict.message, pytrace=False)
+        if verdict.status == "skipped":
+            pytest.skip(verdict.message)
+        return []  # kept and gated in _judge, before the verdict
+
+    def _send_verdict(self, running: hang.Running, verdict: wire.Verdict) -> None:
+        if self._zero_link is None:
+            return
+        self._zero_link.forget(running.index)
+        self._zero_link.broadcast(running.index, verdict.to_json())
+        if time.monotonic() - running.started > running.timeout_s / 2:
+            # A rank that started later may reach its own deadline before it reads this: its
+            # verdict watch then looks in the store.
+            self.channel.set(running.key(wire.VERDICT), verdict.to_json())
+
+    def _read_releases(self, running: hang.Running, posted: dict[int, wire.Outcome]) -> None:
+        """Which ranks released the others (they said so after sending their outcome)."""
+        for r in range(1, self.world_size):
+            if self.channel.has(running.key(wire.released(r))):
+                posted[r].released = True
+
+    def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
+               posted: dict[int, wire.Outcome]) -> tuple[list[dict[str, Any]], wire.Verdict]:
+        """The test's records (kept, gated) and the verdict every rank applies."""
+        self.rank_infos.extend(o.info for o in posted.values() if o.info)
+        rebuild = any(o.status == "failed" or o.released for o in posted.values())
+        verdict = wire.Verdict("passed", "", rebuild)
+        records: list[dict[str, Any]] = []
+        try:
+            live = self._live.reports if self._live is not None else {}
+            records = judge(item, key, run_result(posted), settings, live_reports=live,
+                            keep=self.records)
+            self.gate_check(item, records, settings)
+        except pytest.fail.Exception as exc:
+            verdict.status, verdict.message = "failed", str(exc.msg)
+        except pytest.skip.Exception as exc:
+            verdict.status, verdict.message = "skipped", str(exc.msg)
+        except Exception:  # noqa: BLE001 - a harness bug still gives every rank one verdict
+            verdict.status, verdict.message = "failed", traceback.format_exc()
+            verdict.rebuild = True
+        return records, verdict
+
+    def _report_hang(self, running: hang.Running) -> None:
+        """The deadline watch, in its own thread: declare, collect stacks, report, exit."""
+        ch = self._watch_channel
+        own = self._own[1] if self._own is not None and self._own[0] == running.index else None
+        arrived = _outcomes(self._zero_link.received(running.index)) if self._zero_link else {}
+        pending = [r for r in range(self.world_size)
+                   if (own is None if r == 0 else r not in arrived)]
+        ch.set(running.key(wire.VERDICT), {"status": "hung", "pending": pending})
+        stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
+        others = [r for r in pending if r != 0]
+        ch.wait([running.key(wire.stack(r)) for r in others], hang.STACK_WAIT_S)
+        for r in others:
+            key = running.key(wire.stack(r))
+            stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
+        finished = {r: own if r == 0 else arrived[r]
+                    for r in range(self.world_size) if r not in pending}
+        lines = [
+            f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks {pending} did "
+            "not finish. In launcher mode the ranks cannot be replaced: the remaining tests are "
+            "not run and every rank exits. Stacks of the live ranks:"]
+        for r, stack in sorted(stacks.items()):
+            lines.append(f"--- rank {r} ({self.hosts.get(r, '?')}) ---")
+            lines.append(tag(r, stack))
+        failure = describe_problems(run_result(finished), running.timeout_s)  # type: ignore[arg-type]
+        if failure:
+            lines += ["", "Before that:", failure]
+        self.aborting = True
+        try:
+            hang.report_hang_and_exit(self.config, self.pytest_session, running, "\n".join(lines))
+        finally:
+            hang.flush()
+            ch.set(running.key(wire.EXIT), 1)  # the others may exit now: the report is out
+
+
+def _outcomes(arrived: dict[int, Any]) -> dict[int, wire.Outcome]:
+    return {r: wire.Outcome.from_json(o) for r, o in arrived.items()}
+
+
+def run_result(posted: dict[int, wire.Outcome]) -> RunResult:
+    """The ranks' outcomes as the outcome pipeline takes them."""
+    return RunResult(
+        outcomes={r: TestOutcome(rank=r, status=o.status, message=o.message,
+                                 measurements=[Measurement(**m) for m in o.measurements])
+                  for r, o in posted.items()},
+        output={r: o.output for r, o in posted.items() if o.output},
+        failure_order={r: o.order or 0 for r, o in posted.items() if o.status == "failed"},
+        releasers=[r for r, o in sorted(posted.items()) if o.released])

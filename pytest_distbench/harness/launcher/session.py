@@ -1,0 +1,249 @@
+"""Launcher mode's session: this process is one rank, the test body runs right here.
+
+Every rank runs the same items in the same order (agreement.py checks it before the first
+test). Per test, each rank runs the body with the same in-rank code as a local world's rank
+(harness/rank.py: fixtures, the `distbench` object). The ranks other than 0 send their
+outcome to rank 0 (others.py); rank 0 judges them with its own through the same outcome
+pipeline as local mode (rank0.py) and sends one verdict, which every rank applies, so
+pass/fail and exit codes agree everywhere. Only rank 0 keeps records and reports. Outcomes
+and verdicts travel over one direct connection from each rank to rank 0 (peerlink.py); the
+store carries what is not per test (wire.py names its keys).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from ...settings import Settings, resolve
+from ..live import LivePrinter
+from ..outcome import prepare
+from ..session import Session
+from ..wire import RankSpec, TestOutcome, WorldKey
+from . import hang, wire
+from .agreement import Agreement
+from .detect import LaunchEnv
+from .storechannel import StoreChannel, open_store
+
+START_TIMEOUT_S = 300.0  # every rank must have collected (or joined) within this
+FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before releasing them
+DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
+
+GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings], None]
+
+
+class LauncherSession(Session):
+    """What every launched rank does; rank0.py and others.py add each role's part."""
+
+    external = True  # the launcher started the ranks: no worlds are started here
+
+    def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
+        super().__init__()
+        self.config = config
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        self.timeout_s = resolve(config).timeout
+        self.prefix = f"distbench/{launch.run_id}/"
+        self._hosting = launch.rank == 0 and not launch.agent_store
+        store = open_store(launch.master_addr, launch.master_port, master=self._hosting,
+                           timeout_s=START_TIMEOUT_S)
+        self.channel = StoreChannel(store, self.prefix)
+        # The watch thread blocks in the store: it gets its own connection, since one client
+        # serves one request at a time.
+        self._watch_channel = StoreChannel(
+            open_store(launch.master_addr, launch.master_port, master=False,
+                       timeout_s=START_TIMEOUT_S), self.prefix)
+        self.agreement = Agreement(self.channel, self.rank, self.world_size, START_TIMEOUT_S)
+        hang.keep_stderr()  # exit_now's messages must outlive a test's output capture
+        self.pytest_session: Any = None
+        self.index_of: dict[str, int] = {}
+        self._rank_obj: Any = None
+        self._world_key: WorldKey | None = None
+        self._worlds = 0
+        self._new_world = False
+        self._closed = False
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        return self.agreement.hosts
+
+    # -- each role's part -------------------------------------------------------------------
+
+    watch: Any  # hang.DeadlineWatch on rank 0, hang.VerdictWatch on the others
+
+    def settle(self) -> None:
+        """Apply the verdict still pending, if any (the ranks other than 0 read it late)."""
+
+    def _accept_link(self) -> None:
+        """Rank 0 takes the other ranks' connections (after the collection round)."""
+
+    def _printer(self, item: pytest.Function, report_every_s: float | None
+                 ) -> LivePrinter | None:
+        """Where this rank's live progress reports go (rank 0 prints them)."""
+        return None
+
+    def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
+        """A rank whose body did not pass: whether the others finished within the grace."""
+        raise NotImplementedError
+
+    def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _close_link(self) -> None:
+        raise NotImplementedError
+
+    # -- collection -------------------------------------------------------------------------
+
+    def agree_on_collection(self, session: pytest.Session) -> None:
+        """Stop every rank with the first difference when the ranks collected different items."""
+        self.pytest_session = session
+        error = self.agreement.collection([item.nodeid for item in session.items])
+        if error:
+            pytest.exit(error, returncode=pytest.ExitCode.USAGE_ERROR)
+        self._accept_link()
+        self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    # -- the in-process world ---------------------------------------------------------------
+
+    def _world(self, key: WorldKey) -> Any:
+        if self._rank_obj is not None and self._world_key == key:
+            return self._rank_obj
+        self._close_world(graceful=True)
+        from ..rank import Rank
+
+        self._worlds += 1
+        spec = RankSpec(
+            rank=self.rank, world_size=self.world_size, backend=key.backend,
+            device_type=key.device_type, store_host=self.launch.master_addr,
+            store_port=self.launch.master_port, store_prefix=f"{self.prefix}world{self._worlds}/",
+            capture_path="", timeout_s=self.timeout_s, cpus=None,
+            local_rank=self.launch.local_rank)
+        began = time.perf_counter()
+        self._rank_obj = Rank(spec)
+        self._world_key = key
+        self._new_world = True
+        self.world_starts.append((str(key), time.perf_counter() - began))
+        return self._rank_obj
+
+    def _close_world(self, graceful: bool) -> None:
+        rank_obj, self._rank_obj, self._world_key = self._rank_obj, None, None
+        if rank_obj is None:
+            return
+        import torch.distributed as dist
+
+        if rank_obj.rpc_name is not None:
+            import torch.distributed.rpc as rpc
+
+            try:
+                rpc.shutdown(graceful=graceful, timeout=self.timeout_s)
+            except Exception:  # noqa: BLE001 - a broken world is being dropped
+                pass
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- one test ---------------------------------------------------------------------------
+
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+        # fresh_world_after cannot be honoured: the launcher's processes are the world.
+        self.settle()  # the verdict of the test before, before this body may use the world
+        index = self.index_of[item.nodeid]
+        reason = self.agreement.backend_reason(key.backend, key.device_type,
+                                               self.launch.local_rank)
+        if reason:
+            pytest.skip(reason)
+        running = hang.Running(index, item, settings.timeout, time.monotonic())
+        self.watch.arm(running)
+        outcome = self._run_here(item, settings, key)
+        if outcome.status != "passed":
+            self._wait_for_the_others(running, outcome)
+        return self._after_body(item, settings, key, running, outcome)
+
+    def _run_here(self, item: pytest.Function, settings: Settings, key: WorldKey
+                  ) -> wire.Outcome:
+        """Run the body in this process."""
+        info = None
+        try:
+            task = prepare(item, settings)
+        except pytest.fail.Exception as exc:  # an argument the ranks could not be sent
+            task, result = None, TestOutcome(rank=self.rank, status="failed", message=exc.msg)
+        if task is not None:
+            try:
+                rank_obj = self._world(key)
+                if self._new_world:
+                    info = dict(rank_obj.info(), host=socket.gethostname())
+                    self._new_world = False
+            except Exception:  # noqa: BLE001 - joining the process group failed here
+                rank_obj, result = None, TestOutcome(
+                    rank=self.rank, status="failed",
+                    message="could not join the process group:\n" + traceback.format_exc())
+            if rank_obj is not None:
+                rank_obj.on_progress = self._printer(item, task.settings.report_every_s)
+                result = rank_obj.run(task)
+        return wire.Outcome(status=result.status, message=result.message,
+                            measurements=[asdict(m) for m in result.measurements],
+                            output=self._take_output(), info=info)
+
+    def _wait_for_the_others(self, running: hang.Running, outcome: wire.Outcome) -> None:
+        """A rank whose body did not pass gives the others FAILURE_GRACE_S to finish theirs,
+        then releases them (and says so in its outcome)."""
+        outcome.order = self.channel.add(running.key(wire.FAILURES), 1)
+        if self._others_finished(running, outcome):
+            return
+        # Ranks still inside a collective with this one: closing its connections releases
+        # them with an error instead of leaving them to the timeout. Said before it is done,
+        # so rank 0, judging after the released ranks have failed, knows why.
+        if self.rank != 0:
+            self.channel.set(running.key(wire.released(self.rank)), 1)
+        outcome.released = True
+        self._close_world(graceful=False)
+
+    def _take_output(self) -> str:
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        if capman is None or not capman.is_globally_capturing():
+            return ""
+        out, err = capman.read_global_capture()
+        return out + err
+
+    # -- the end ----------------------------------------------------------------------------
+
+    aborting = False
+
+    def environment_facts(self) -> dict[str, Any]:
+        per_host: dict[str, int] = {}
+        for r in sorted(self.hosts):
+            per_host[self.hosts[r]] = per_host.get(self.hosts[r], 0) + 1
+        return {"launcher": {
+            "name": self.launch.launcher,
+            "world_size": self.world_size,
+            "hosts": list(per_host),
+            "ranks_per_host": per_host,
+            "store": f"{self.launch.master_addr}:{self.launch.master_port}",
+        }}
+
+    def close(self) -> None:
+        """End of the session on every rank: leave the process group, let rank 0's store
+        outlive the others' last use of it. Safe to call more than once."""
+        if self._closed or self.aborting:
+            return
+        self._closed = True
+        self.watch.stop()
+        self._close_world(graceful=True)
+        self._close_link()
+        from .storechannel import StoreLost
+
+        try:
+            self.channel.set(wire.done(self.rank), 1)
+            if self._hosting:
+                self.channel.wait([wire.done(r) for r in range(self.world_size)],
+                                  DONE_TIMEOUT_S)
+        except (StoreLost, RuntimeError):
+            pass

@@ -1,0 +1,121 @@
+"""Launcher mode's wire: what the ranks send each other, and the store keys they meet at.
+
+Per test, each rank other than 0 sends rank 0 one Outcome over the link (peerlink.py) and
+reads one Verdict back. Everything else goes through the launcher's store under the keys
+below, all under the run's prefix (`distbench/<run id>/`). Both travel as JSON: launcher mode
+may cross a real network, and a peer's bytes are never unpickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# Store keys of the session.
+LINK = "link"  # rank 0's [address, port] for the per-test link
+
+
+def collected(rank: int) -> str:
+    """A rank's collected node ids (read by rank 0 to name the first difference)."""
+    return f"collected/{rank}"
+
+
+def posted(round_name: str, rank: int) -> str:
+    """A rank's value in an agreement round."""
+    return f"{round_name}/{rank}"
+
+
+def decision(round_name: str) -> str:
+    """Rank 0's answer to an agreement round."""
+    return f"{round_name}/decision"
+
+
+def done(rank: int) -> str:
+    """A rank finished its session (rank 0's store outlives the others' last use)."""
+    return f"done/{rank}"
+
+
+def of_test(index: int, name: str) -> str:
+    """A key about one test, by its index in the collected items."""
+    return f"t{index}/{name}"
+
+
+# Per-test names, under of_test(index, ...).
+FAILURES = "failures"  # a counter: the order in which ranks failed
+VERDICT = "verdict"  # rank 0's verdict, for a rank past its deadline; "hung" on a hang
+EXIT = "exit"  # rank 0's hang report is out: the others may exit
+
+
+def released(rank: int) -> str:
+    """A failed rank closed its process group to release the others."""
+    return f"released/{rank}"
+
+
+def stack(rank: int) -> str:
+    """A hung test's stack of one rank, for rank 0's report."""
+    return f"stack/{rank}"
+
+
+class WireError(ValueError):
+    """A message that is not what the wire carries."""
+
+
+@dataclass
+class Outcome:
+    """One rank's end of one test."""
+
+    status: str  # "passed", "failed" or "skipped"
+    message: str
+    measurements: list[dict[str, Any]]  # wire.Measurement as a dict
+    output: str  # what the rank printed during the test
+    order: int | None = None  # the rank's place among the failed ranks (FAILURES)
+    released: bool = False  # it closed its process group to release the others
+    info: dict[str, Any] | None = None  # what the rank saw of its world when it joined
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Outcome:
+        _expect_fields(cls, data)
+        if data["status"] not in ("passed", "failed", "skipped"):
+            raise WireError(f"outcome status {data['status']!r}")
+        checks = {"message": str, "measurements": list, "output": str, "released": bool}
+        for name, kind in checks.items():
+            if not isinstance(data[name], kind):
+                raise WireError(f"outcome field {name!r} is {type(data[name]).__name__}")
+        if data["order"] is not None and (not isinstance(data["order"], int)
+                                          or isinstance(data["order"], bool)):
+            raise WireError("outcome field 'order' is not an integer")
+        if data["info"] is not None and not isinstance(data["info"], dict):
+            raise WireError("outcome field 'info' is not an object")
+        if not all(isinstance(m, dict) for m in data["measurements"]):
+            raise WireError("outcome measurements are not objects")
+        return cls(**data)
+
+
+@dataclass
+class Verdict:
+    """Rank 0's judgement of one test, applied by every rank."""
+
+    status: str  # "passed", "failed", "skipped"; "hung" only through the store
+    message: str = ""
+    rebuild: bool = False  # every rank leaves and rejoins its process group
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Verdict:
+        if isinstance(data, dict) and data.get("status") == "hung":
+            return cls("hung")
+        _expect_fields(cls, data)
+        if not isinstance(data["message"], str) or not isinstance(data["rebuild"], bool):
+            raise WireError("verdict fields of the wrong type")
+        return cls(**data)
+
+
+def _expect_fields(cls: type, data: Any) -> None:
+    names = {f.name for f in fields(cls)}
+    if not isinstance(data, dict) or set(data) != names:
+        raise WireError(f"not a {cls.__name__}: expected the fields {sorted(names)}")

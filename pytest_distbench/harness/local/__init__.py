@@ -1,0 +1,1 @@
+"""Local mode: the controller starts worlds of rank processes and drives them."""

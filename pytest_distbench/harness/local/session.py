@@ -1,0 +1,134 @@
+"""Local mode's session: the rendezvous store, the pool of worlds, one test in its world."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ...settings import Settings
+from ..live import LivePrinter
+from ..outcome import judge, prepare
+from ..session import Session
+from ..wire import RunTest
+from .world import World, WorldKey, WorldStartError
+
+# Idle worlds are kept for reuse; past this many ranks the least recently used go first.
+MAX_LIVE_RANKS = 32
+START_TIMEOUT_S = 120.0
+
+
+class LocalSession(Session):
+    def __init__(self) -> None:
+        super().__init__()
+        self.worlds: dict[WorldKey, World] = {}
+        # A/B mode: the multiprocessing context per variant whose ranks come from another
+        # forkserver (harness/ab/); a key's variant not here uses the default forkserver.
+        self.contexts: dict[str, multiprocessing.context.BaseContext] = {}
+        self._store: Any = None
+        self._capture_dir: Path | None = None
+        self._worlds_started = 0
+
+    # -- worlds -------------------------------------------------------------------------------
+
+    def world(self, key: WorldKey, timeout_s: float) -> World:
+        world = self.worlds.pop(key, None)
+        if world is not None and world.alive():
+            self.worlds[key] = world  # re-insert: dict order is the LRU order
+            return world
+        if world is not None:
+            world.kill()
+        self._make_room(key.world_size)
+        store = self._rendezvous_store()
+        self._worlds_started += 1
+        world = World(
+            key,
+            store_host="127.0.0.1",
+            store_port=store.port,
+            store_prefix=f"world{self._worlds_started}/",
+            capture_dir=self._captures(),
+            timeout_s=timeout_s,
+            env=self.rank_env,
+            context=self.contexts.get(key.variant),
+        )
+        world.start(START_TIMEOUT_S)
+        self.world_starts.append((str(key), world.start_s))
+        self.rank_infos.extend(world.info.values())
+        self.worlds[key] = world
+        return world
+
+    def retire(self, world: World) -> None:
+        world.kill()
+        if self.worlds.get(world.key) is world:
+            del self.worlds[world.key]
+
+    def _make_room(self, ranks: int) -> None:
+        while self.worlds and sum(w.key.world_size for w in self.worlds.values()) + ranks > (
+            MAX_LIVE_RANKS
+        ):
+            oldest = next(iter(self.worlds))
+            self.worlds.pop(oldest).stop()
+
+    def _rendezvous_store(self) -> Any:
+        if self._store is None:
+            from .loopback import loopback_store
+
+            # Port 0: the kernel picks a free port, so parallel sessions never collide; bound to
+            # 127.0.0.1 only (a bare TCPStore master listens on every interface).
+            self._store = loopback_store()
+        return self._store
+
+    def _captures(self) -> Path:
+        if self._capture_dir is None:
+            self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
+        return self._capture_dir
+
+    def close(self) -> None:
+        """Stop every world; kill what does not stop. Safe to call more than once."""
+        for world in list(self.worlds.values()):
+            world.stop(timeout_s=5.0)
+        self.worlds.clear()
+        self._store = None
+        if self._capture_dir is not None:
+            shutil.rmtree(self._capture_dir, ignore_errors=True)
+            self._capture_dir = None
+
+    def environment_facts(self) -> dict[str, Any]:
+        return {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
+                **self.extra_facts}
+
+    # -- tests --------------------------------------------------------------------------------
+
+    def run_item(
+        self, item: pytest.Function, settings: Settings, key: WorldKey,
+        fresh_world_after: bool = False, task: RunTest | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run one test in its world; return its records, or fail/skip it as pytest does.
+
+        `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
+        RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
+        test cannot host another one that uses RRefs). `task`: one already prepared (A/B
+        mode's baseline runs with its own interpreter's path). A key's variant names the A/B
+        variant; its records are A/B mode's to merge.
+        """
+        task = task or prepare(item, settings)
+        try:
+            world = self.world(key, settings.timeout)
+        except WorldStartError as exc:
+            variant = f"{key.variant} " if key.variant else ""
+            pytest.fail(f"could not start the {variant}world: {exc}", pytrace=False)
+        live = LivePrinter(item.config, item.nodeid)
+        result = world.run(task, settings.timeout, on_progress=live)
+        if not result.clean:
+            self.retire(world)
+        elif fresh_world_after:
+            world.stop()
+            self.retire(world)
+        # A/B mode merges its variants' rounds and keeps the result itself.
+        return judge(item, key, result, settings, variant=key.variant,
+                     live_reports=live.reports, keep=None if key.variant else self.records)

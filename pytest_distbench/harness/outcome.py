@@ -1,0 +1,343 @@
+"""One test's outcome pipeline, the same in every launch mode.
+
+Before the ranks run: `prepare` turns a pytest item into the task every rank runs (its
+arguments checked picklable, its memory pressure checked against the machine). After: `judge`
+turns what the ranks sent back (a RunResult, however it travelled: a local world's pipes, a
+launcher's link, an A/B variant's world) into the test's records, or into the failure or skip
+pytest shows. Local, A/B and launcher mode all call these two, so a report section, a rank's
+tag or a check added here reaches every mode at once.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ..results import stats
+from ..results.derived import completed_figures
+from ..settings import Settings
+from . import options
+from .pressure import memory_problem
+from .wire import (
+    RANK_FIXTURES,
+    Measurement,
+    MeasureSettings,
+    PressureSettings,
+    RunTest,
+    TestOutcome,
+)
+
+WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
+BACKEND_ARG = "distbench_backend"
+
+
+def is_distbench(node: Any) -> bool:
+    """A distbench test: marked, or asking for the `distbench` fixture."""
+    return node.get_closest_marker("distbench") is not None or "distbench" in getattr(
+        node, "fixturenames", ()
+    )
+
+
+def uses_rpc(item: pytest.Item) -> bool:
+    return "rpc_agent" in getattr(item, "fixturenames", ()) or (
+        item.get_closest_marker("distbench_rpc") is not None)
+
+
+class RankLocal:
+    """Controller-side stand-in for a fixture whose value exists only inside a rank."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: provided inside each rank>"
+
+
+@dataclass
+class RunResult:
+    """What became of one test in every rank."""
+
+    outcomes: dict[int, TestOutcome] = field(default_factory=dict)
+    died: dict[int, int | None] = field(default_factory=dict)  # rank -> exit code
+    hung: list[int] = field(default_factory=list)  # silent at the deadline
+    stopped: list[int] = field(default_factory=list)  # still running after a failure: killed
+    # Launcher mode: ranks that closed their process group to release the others, and the
+    # order in which the failed ranks failed (the first to fail is the cause).
+    releasers: list[int] = field(default_factory=list)
+    failure_order: dict[int, int] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)
+    output: dict[int, str] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host, where they differ
+    elapsed_s: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Every rank answered and none failed: the world can be reused."""
+        return not (self.died or self.hung or self.stopped or self.releasers) and all(
+            o.status != "failed" for o in self.outcomes.values())
+
+
+def tag(rank: int, text: str) -> str:
+    """Every line of `text` prefixed with its rank, as every report shows a rank's lines."""
+    return "\n".join(f"[rank {rank}] {line}" for line in text.splitlines())
+
+
+def prefix_output(output: dict[int, str]) -> str:
+    return "\n".join(tag(r, output[r]) for r in sorted(output) if output[r].strip("\n"))
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exited with code {code}"
+
+
+# -- before the ranks run ----------------------------------------------------------------------
+
+def prepare(item: pytest.Function, settings: Settings) -> RunTest:
+    """The task every rank runs; fails the test on what no rank could run."""
+    task = _task_for(item, settings)
+    pressure = task.settings.pressure
+    # Memory no single rank could have fails here, before any rank is disturbed.
+    problem = memory_problem(pressure, sharing=1) if pressure is not None else None
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return task
+
+
+def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
+    kwargs: dict[str, Any] = {}
+    rank_fixtures = []
+    for name in item._fixtureinfo.argnames:
+        value = item.funcargs[name]
+        if name in RANK_FIXTURES and isinstance(value, RankLocal):
+            rank_fixtures.append(name)
+            continue
+        try:
+            pickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+            pytest.fail(
+                f"argument {name!r} cannot be sent to the ranks ({type(exc).__name__}: {exc}); "
+                "parametrize and fixture values of a distbench test must be picklable",
+                pytrace=False,
+            )
+        kwargs[name] = value
+    module = item.module
+    return RunTest(
+        nodeid=item.nodeid,
+        module_name=module.__name__,
+        module_file=str(module.__file__),
+        qualname=item.function.__qualname__,
+        kwargs=kwargs,
+        rank_fixtures=tuple(rank_fixtures),
+        settings=MeasureSettings(
+            warmup=settings.warmup,
+            iterations=settings.iterations,
+            min_iterations=settings.min_iterations,
+            max_iterations=settings.max_iterations,
+            budget_s=settings.budget,
+            dtype=settings.dtype,
+            duration_s=settings.duration,
+            report_every_s=options.report_every_s(settings),
+            pressure=_pressure_settings(settings),
+        ),
+        sys_path=tuple(p for p in sys.path if isinstance(p, str)),
+    )
+
+
+def _pressure_settings(settings: Settings) -> PressureSettings | None:
+    if not options.pressure_used(settings):
+        return None
+    return PressureSettings(
+        cpu_threads=settings.cpu_threads,
+        allocate_bytes=settings.allocate,
+        touch_bytes=settings.touch,
+        touch_once=settings.touch_once,
+        log_threads=settings.log_threads,
+        log_lines=settings.log_lines,
+        print_env=settings.print_env,
+    )
+
+
+# -- after the ranks ran -----------------------------------------------------------------------
+
+def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings, *,
+          variant: str = "", live_reports: dict[str | None, list[Any]] | None = None,
+          keep: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The test's records, or its failure or skip (raised as pytest does).
+
+    `variant`: A/B mode's "baseline" or "candidate", named in every section and message.
+    `keep`: the session's records, which get this test's before a wrong result fails it
+    (the results file shows what was measured, and that it was wrong).
+    """
+    label = f"{variant} variant: " if variant else ""
+    shown = prefix_output(result.output)
+    if shown:
+        item.add_report_section("call", f"{variant} ranks" if variant else "ranks", shown)
+    failure = describe_problems(result, settings.timeout)
+    if failure:
+        pytest.fail(label + failure, pytrace=False)
+    if any(o.status == "skipped" for o in result.outcomes.values()):
+        reasons = sorted({o.message for o in result.outcomes.values() if o.message})
+        pytest.skip(label + ("; ".join(reasons) or "skipped in a rank"))
+    records = build_records(item, key, result, settings)
+    for record, measurement in zip(records, result.outcomes[0].measurements, strict=True):
+        reports = (live_reports or {}).get(measurement.name)
+        if reports:
+            record["live_reports"] = reports
+    _add_environment_section(item, records)
+    if keep is not None:
+        keep.extend(records)
+    wrong = sum(r["wrong"] or 0 for r in records)
+    if wrong:
+        pytest.fail(
+            f"{label}{wrong} wrong element(s) in the checked result "
+            f"({', '.join(r['id'] for r in records if r['wrong'])}): "
+            "a collective that computes the wrong answer is a failure, not a fast number",
+            pytrace=False,
+        )
+    return records
+
+
+def describe_problems(result: RunResult, timeout_s: float) -> str:
+    """Why the test failed in its ranks ("" if it did not): deaths, tracebacks tagged with
+    their rank (the first to fail first), a hang's stacks, the ranks released or stopped."""
+    parts = []
+    for r, code in sorted(result.died.items()):
+        parts.append(f"rank {r} died during the test: {describe_exit(code)}")
+    failed = sorted((result.failure_order.get(r, 0), r) for r, o in result.outcomes.items()
+                    if o.status == "failed")
+    for position, (_, r) in enumerate(failed):
+        body = tag(r, result.outcomes[r].message)
+        if position and result.releasers:
+            parts.append(f"rank {r} failed after rank {failed[0][1]} did (released from "
+                         f"waiting for it):\n{body}")
+        else:
+            parts.append(f"rank {r} raised:\n{body}")
+    if result.releasers:
+        parts.append(f"ranks {result.releasers} closed their process group to release the "
+                     "others; every rank rebuilds it for the next test")
+    if result.hung:
+        lines = [
+            f"timed out after {timeout_s:g} s (--distbench-timeout): ranks {result.hung} did not "
+            "finish; the world was killed and will be rebuilt. Stacks of the live ranks:"
+        ]
+        for r, stack in sorted(result.stacks.items()):
+            host = f" ({result.hosts[r]})" if r in result.hosts else ""
+            lines.append(f"--- rank {r}{host} ---")
+            lines.append(tag(r, stack))
+        parts.append("\n".join(lines))
+    if result.stopped and parts:
+        parts.append(
+            f"ranks {result.stopped} were still running after that and were stopped; "
+            "the world will be rebuilt"
+        )
+    return "\n\n".join(parts)
+
+
+def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]]) -> None:
+    """--distbench-print-env: the pressured ranks' environment, in the test's report."""
+    lines = []
+    for record in records:
+        for r, env in sorted(((record.get("pressure") or {}).get("env") or {}).items()):
+            lines.append(f"--- {record['name']}: environment of rank {r} ---")
+            lines.extend(f"{k}={v}" for k, v in sorted(env.items()))
+    if lines:
+        item.add_report_section("call", "environment of the pressured ranks", "\n".join(lines))
+
+
+def _pressure_record(ms: list[Measurement]) -> dict[str, Any] | None:
+    """The record's `pressure`: what ran, in which ranks, and their environment if asked."""
+    pressured = [(r, m.pressure) for r, m in enumerate(ms) if m.pressure is not None]
+    if not pressured:
+        return None
+    first = dict(pressured[0][1])
+    first.pop("env", None)
+    out: dict[str, Any] = {"ranks": [r for r, _ in pressured], **first}
+    out["log_lines_written"] = sum(p.get("log_lines_written", 0) for _, p in pressured)
+    envs = {str(r): p["env"] for r, p in pressured if "env" in p}
+    if envs:
+        out["env"] = envs
+    return out
+
+
+def build_records(
+    item: pytest.Function, key: Any, result: RunResult, settings: Settings
+) -> list[dict[str, Any]]:
+    """Merge what every rank measured into one record per measure() call."""
+    per_rank = [result.outcomes[r].measurements for r in range(key.world_size)]
+    shapes = {tuple((m.name, len(m.samples)) for m in ms) for ms in per_rank}
+    if len(shapes) != 1:
+        pytest.fail(
+            "the ranks made different distbench.measure() calls (names and iteration counts "
+            f"per rank: {[[(m.name, len(m.samples)) for m in ms] for ms in per_rank]}); "
+            "every rank must measure the same things",
+            pytrace=False,
+        )
+    callspec = getattr(item, "callspec", None)
+    # storage turns values JSON cannot hold into their repr when the file is written.
+    params = {
+        k: v for k, v in (callspec.params.items() if callspec else ()) if not k.startswith(
+            "distbench_")
+    }
+    marker = item.get_closest_marker("distbench")
+    threshold = settings.threshold if marker and "threshold" in marker.kwargs else None
+    records = []
+    for index, first in enumerate(per_rank[0]):
+        ms: list[Measurement] = [per_rank[r][index] for r in range(key.world_size)]
+        record = {
+            "id": item.nodeid + (f"::{first.name}" if first.name else ""),
+            "name": item.name + (f"::{first.name}" if first.name else ""),
+            "family": first.family or item.originalname,
+            "backend": key.backend,
+            "world_size": key.world_size,
+            "device": key.device_type,
+            "placement": key.bind,
+            "params": params,
+            "nbytes": first.nbytes,
+            "count": first.count,
+            "dtype": first.dtype,
+            "busbw_factor": first.busbw_factor,
+            "warmup": first.warmup,
+            "wrong": None if first.wrong is None else sum(m.wrong or 0 for m in ms),
+            "threshold": threshold,
+            "figures": first.figures,
+            "peak_rss_bytes": (None if any(m.peak_rss_bytes is None for m in ms)
+                               else [m.peak_rss_bytes for m in ms]),
+            "duration_s": first.duration_s,
+            "pressure": _pressure_record(ms),
+        }
+        summarize_record(record, [m.samples for m in ms])
+        record["figures"] = completed_figures(record)
+        records.append(record)
+    return records
+
+
+def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:
+    """Fill in what a record derives from its per-rank samples (an iteration lasts as long
+    as its slowest rank): samples, summary, bandwidths, skew, stalls."""
+    samples = stats.per_iteration_max(rank_samples)
+    summary = stats.summarize(samples)
+    nbytes = record.get("nbytes")
+    algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
+    record.update(
+        iterations=len(samples),
+        samples=samples,
+        rank_samples=rank_samples,
+        summary=summary.as_dict(),
+        algbw_gbps=algbw,
+        busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
+        skew=stats.rank_skew(rank_samples),
+        stalls=stats.stall_count(samples),
+    )
