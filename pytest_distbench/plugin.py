@@ -61,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .harness.local.session import LocalSession
 
         session: Any = LocalSession()
+        session.interrupt_on_sigterm()
     else:
         session = launcher_plugin.start(config, launch, _gate_and_report)
     # Before the forkserver starts: its torch import would compete with the probe for a core.

@@ -1,4 +1,4 @@
-"""Launcher mode's per-test link (harness/launcher/peerlink.py): frames, and real loopback connections."""
+"""Launcher mode's per-test link (harness/launcher/peerlink.py): frames, real loopback links."""
 
 from __future__ import annotations
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from leaks import is_running, processes_with_tag
@@ -151,10 +154,13 @@ def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_
     ])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["ctrl-c", "sigterm", "kill-9"])
 def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_tag, signum):
     ready = pytester.path / "ready"
     ready.mkdir()
+    # The session's TMPDIR (rank logs, the forkserver's folder); short: a socket lives there.
+    tmp = Path(tempfile.mkdtemp(prefix="dbt-"))
     pytester.makepyfile(
         f"""
         import os, time, pytest
@@ -169,6 +175,7 @@ def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_t
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distbench",
          "--world-size=4"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     try:
         deadline = time.monotonic() + 120
@@ -182,10 +189,30 @@ def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_t
         if process.poll() is None:
             process.kill()
             process.wait()
-    if signum == signal.SIGINT:
-        assert b"KeyboardInterrupt" in output
+    if signum != signal.SIGKILL:  # SIGTERM ends the session as Ctrl-C does
+        assert b"KeyboardInterrupt" in output, output.decode()
+        assert process.returncode == pytest.ExitCode.INTERRUPTED
+        assert sorted(os.listdir(tmp)) == [], "temporary files left behind"
+    shutil.rmtree(tmp, ignore_errors=True)
     deadline = time.monotonic() + 10
     while processes_with_tag(leak_tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     alive = [pid for pid in rank_pids if is_running(pid)]
     assert not alive, f"rank processes survived {signum.name}: {alive}"
+
+
+def test_processes_a_test_body_started_end_with_its_world(pytester, distbench_run, leak_tag):
+    pytester.makepyfile(
+        """
+        import subprocess, time, pytest
+
+        @pytest.mark.distbench(timeout="3s")
+        def test_starts_a_child_then_hangs(distbench):
+            subprocess.Popen(["sleep", "300"])
+            time.sleep(60)
+        """
+    )
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timed out after 3 s*"])
+    # leak_tag: the `sleep` children carry the session's tag and must be gone

@@ -30,6 +30,9 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
     """Entry point of a rank process (started by the controller through the forkserver)."""
     _redirect_output(spec.capture_path)
     _die_with_controller(lifeline)
+    # A process group of its own: what a test body starts (a server, a `sleep`) is in it, and
+    # the controller ends the whole group with the rank, so nothing outlives a killed world.
+    os.setpgid(0, 0)
     # Before torch opens a socket: the world's listen interface, fork safety for RDMA, ...
     os.environ.update(dict(spec.env))
     try:

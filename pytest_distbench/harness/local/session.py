@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ START_TIMEOUT_S = 120.0
 class LocalSession(Session):
     def __init__(self) -> None:
         super().__init__()
+        self._sigterm: Any = None
         self.worlds: dict[WorldKey, World] = {}
         # A/B mode: the multiprocessing context per variant whose ranks come from another
         # forkserver (harness/ab/); a key's variant not here uses the default forkserver.
@@ -88,8 +90,29 @@ class LocalSession(Session):
             self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
         return self._capture_dir
 
+    def interrupt_on_sigterm(self) -> None:
+        """SIGTERM (a CI runner's cancel, `timeout`, `kill`) ends the session as Ctrl-C does:
+        pytest's interruption, then the same teardown (worlds, rank logs, the forkserver's
+        folder). Left alone where someone else already handles SIGTERM."""
+        import threading
+
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+            return
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"distbench: signal {signal.Signals(signum).name}")
+
+        self._sigterm = signal.signal(signal.SIGTERM, interrupt)
+
     def close(self) -> None:
         """Stop every world; kill what does not stop. Safe to call more than once."""
+        if self._sigterm is not None:
+            import threading
+
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._sigterm)
+                self._sigterm = None
         for world in list(self.worlds.values()):
             world.stop(timeout_s=5.0)
         self.worlds.clear()

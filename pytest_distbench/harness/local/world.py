@@ -185,11 +185,19 @@ class World:
         self.kill()
 
     def kill(self) -> None:
+        """Kill every rank and whatever its test started (each rank leads its own process
+        group: a dead rank's children are still in it)."""
         for process in self.processes:
+            if process.pid is None:
+                continue
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # the group is empty: the rank and its children are gone
             if process.exitcode is None:
                 try:
                     os.kill(process.pid, signal.SIGKILL)
-                except (ProcessLookupError, TypeError):
+                except ProcessLookupError:
                     pass
         for process in self.processes:
             process.join(5.0)
