@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -13,10 +14,13 @@ from hypothesis import strategies as st
 
 from pytest_distbench.harness.peerlink import (
     FRAME_LIMIT,
+    HELLO_LIMIT,
+    MAX_DEPTH,
     FrameReader,
     LinkError,
     PeerLink,
     RankZeroLink,
+    decode,
     encode,
     listen_address,
 )
@@ -44,6 +48,98 @@ def test_frames_come_back_whole_however_the_stream_is_cut(messages, cuts):
 def test_a_frame_longer_than_the_limit_is_refused():
     with pytest.raises(LinkError, match="not a distbench peer"):
         FrameReader().feed(struct.pack("!I", FRAME_LIMIT + 1) + b"x")
+    with pytest.raises(LinkError, match="over the 4096 byte limit"):
+        FrameReader(HELLO_LIMIT).feed(struct.pack("!I", HELLO_LIMIT + 1))
+
+
+def test_a_frame_announcing_a_gibibyte_is_refused_from_its_header_alone():
+    reader = FrameReader()
+    began = time.monotonic()
+    with pytest.raises(LinkError, match="announced 1073741824 bytes"):
+        reader.feed(struct.pack("!I", 1 << 30) + b"[" * 1000)
+    assert time.monotonic() - began < 0.5
+
+
+def test_the_limit_can_change_between_frames():
+    """Rank 0 reads a hello under HELLO_LIMIT and what follows it under FRAME_LIMIT."""
+    big = {"i": 0, "o": "x" * (2 * HELLO_LIMIT)}
+    reader = FrameReader(HELLO_LIMIT)
+    assert reader.feed(encode({"hello": 1}) + encode(big), most=1) == [{"hello": 1}]
+    assert reader.pending
+    reader.limit = FRAME_LIMIT
+    assert reader.feed(b"") == [big]
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    for level in range(depth):
+        leaf = [leaf] if level % 2 else {"k": leaf}
+    return leaf
+
+
+def depth_of(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max((depth_of(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((depth_of(v) for v in value.values()), default=0)
+    return 0
+
+
+def test_a_frame_nested_past_the_limit_is_refused_before_parsing():
+    assert decode(json.dumps(nested(MAX_DEPTH)).encode()) == nested(MAX_DEPTH)
+    with pytest.raises(LinkError, match="nested deeper"):
+        decode(json.dumps(nested(MAX_DEPTH + 1)).encode())
+    # The report's hello: json alone raises RecursionError on it.
+    with pytest.raises(LinkError, match="nested deeper"):
+        decode(b"[" * 200_000 + b"]" * 200_000)
+    with pytest.raises(LinkError, match="nested deeper"):
+        decode(b"[" * 200_000)  # unbalanced too
+
+
+def test_brackets_and_quotes_inside_strings_nest_nothing():
+    text = r'["[[[[{{{{", "\\", "\\\"]]]", "\u005b", "\"[\""]'
+    assert decode(("[" * (MAX_DEPTH - 1) + text + "]" * (MAX_DEPTH - 1)).encode()) is not None
+    tricky = nested(MAX_DEPTH - 1, '"[\\"\\' + "[" * 300)
+    assert decode(json.dumps(tricky).encode()) == tricky
+
+
+def test_unterminated_strings_with_escaped_quotes_are_refused_in_linear_time():
+    body = b'["' + b'\\"' * 2_000_000  # 4 MB of escaped quotes: no string ever closes
+    began = time.monotonic()
+    with pytest.raises(LinkError, match="not JSON"):
+        decode(body)
+    assert time.monotonic() - began < 2
+
+
+@pytest.mark.parametrize("body", [
+    b"\xff\xfe[\x00", "[1]".encode("utf-16"), "[1]".encode("utf-32"), b"{", b"",
+    b"[1] [2]", "1" * 5000,
+], ids=["latin", "utf16", "utf32", "open", "empty", "two", "huge-int"])
+def test_anything_but_utf8_json_is_a_link_error(body):
+    with pytest.raises(LinkError):
+        decode(body if isinstance(body, bytes) else body.encode())
+
+
+@given(value=json_values, extra=st.integers(0, MAX_DEPTH + 3))
+def test_the_depth_check_agrees_with_the_real_depth(value, extra):
+    deep = nested(extra, value)
+    body = json.dumps(deep).encode()
+    if depth_of(deep) <= MAX_DEPTH:
+        assert decode(body) == deep
+    else:
+        with pytest.raises(LinkError, match="nested deeper"):
+            decode(body)
+
+
+@given(data=st.binary(max_size=2 * HELLO_LIMIT), cuts=st.lists(st.integers(0, 2 * HELLO_LIMIT),
+                                                                 max_size=4))
+def test_any_bytes_give_frames_or_a_link_error(data, cuts):
+    reader = FrameReader(HELLO_LIMIT)
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    try:
+        for start, end in zip(points, points[1:], strict=False):
+            reader.feed(data[start:end])
+    except LinkError:
+        pass
 
 
 def test_listen_address_is_loopback_for_one_host_and_follows_the_route_otherwise():

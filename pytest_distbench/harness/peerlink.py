@@ -10,12 +10,16 @@ release, a hang's verdict, stacks, the end of the session) stays in the store.
 
 A frame is a 4-byte big-endian length and that many bytes of JSON (never pickle: launcher
 mode may cross a real network). Each frame names the test it belongs to by its index in the
-collected items, the same on every rank.
+collected items, the same on every rank. A frame is bounded before it is read: its announced
+length (FRAME_LIMIT, far less before the peer has proven who it is) and the nesting of its JSON
+(MAX_DEPTH, checked before parsing: json's parser recurses once per level), so a peer speaking
+another protocol costs rank 0 a closed connection, never memory or a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import struct
@@ -24,9 +28,13 @@ import time
 from typing import Any
 
 _HEADER = struct.Struct("!I")
-FRAME_LIMIT = 1 << 30  # a longer frame is a peer speaking another protocol
+# Outcomes carry every raw sample of every measurement (and the test's captured output): a
+# duration-bound run can take millions of samples, about 20 bytes each as JSON.
+FRAME_LIMIT = 64 << 20
+MAX_DEPTH = 64  # an outcome nests about 5 deep; a measurement's figures add a few levels
 SEND_TIMEOUT_S = 60.0  # rank 0 gives up on a rank that stops reading its verdicts
 HELLO_TIMEOUT_S = 10.0  # a new connection names its rank within this
+HELLO_LIMIT = 4096  # the longest frame from a peer that has not said who it is
 
 
 class LinkError(RuntimeError):
@@ -41,24 +49,73 @@ def encode(message: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+# Taken out before counting brackets, since a bracket in a string nests nothing: first every
+# escape (so each quote left opens or closes a string), then the strings. Two patterns that
+# cannot backtrack, where one matching strings with their escapes would retry from every
+# escaped quote of an unterminated string: quadratic in a 64 MiB frame.
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_OPENERS_CLOSERS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _shallow(body: bytes) -> bool:
+    """Whether the JSON in `body` nests at most MAX_DEPTH deep (an unbalanced body is not:
+    json would refuse it anyway). Strings out, only brackets left, then one level of innermost
+    pairs removed per pass: all in C, as a frame may be 64 MiB."""
+    strings_out = _STRING.sub(b"", _ESCAPE.sub(b"", body))
+    skeleton = strings_out.translate(_OPENERS_CLOSERS, _NOT_BRACKETS)
+    if skeleton.count(b"(") <= MAX_DEPTH:
+        return True  # cannot nest deeper than it has brackets: the usual frame stops here
+    for _ in range(MAX_DEPTH):
+        inner = skeleton.replace(b"()", b"")
+        if not inner or inner == skeleton:
+            return not inner
+        skeleton = inner
+    return False
+
+
+def decode(body: bytes) -> Any:
+    """The message in one frame's body; LinkError for anything but UTF-8 JSON within
+    MAX_DEPTH."""
+    try:
+        # Decoded here, not by json: given bytes, json guesses UTF-16 or -32 from zero bytes,
+        # and the bracket count above reads UTF-8 (where no byte of a wider character is ASCII).
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LinkError("a frame that is not UTF-8: not a distbench peer") from None
+    if not _shallow(body):
+        raise LinkError(f"a frame nested deeper than {MAX_DEPTH}: not a distbench peer")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: a backstop for the scan
+        raise LinkError(f"a frame that is not JSON ({type(exc).__name__}): "
+                        "not a distbench peer") from None
+
+
 class FrameReader:
     """Frames out of a byte stream that arrives in arbitrary pieces."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = FRAME_LIMIT) -> None:
+        self.limit = limit  # the longest frame taken; may change between frames
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[Any]:
-        """The messages completed by `data` (none, one or several), in order."""
+    def feed(self, data: bytes, most: int | None = None) -> list[Any]:
+        """The messages completed by `data` (none, one or several), in order; at most `most`,
+        the rest stays buffered for the next call (whose limit may differ). LinkError when a
+        frame announces more than `limit` bytes (before any of them is buffered past the one
+        piece at hand) or is not bounded JSON."""
         self._buffer += data
-        messages = []
-        while len(self._buffer) >= _HEADER.size:
+        messages: list[Any] = []
+        while len(self._buffer) >= _HEADER.size and (most is None or len(messages) < most):
             (length,) = _HEADER.unpack_from(self._buffer)
-            if length > FRAME_LIMIT:
-                raise LinkError(f"a frame announced {length} bytes: not a distbench peer")
+            if length > self.limit:
+                raise LinkError(f"a frame announced {length} bytes, over the {self.limit} byte "
+                                "limit: not a distbench peer")
             end = _HEADER.size + length
             if len(self._buffer) < end:
                 break
-            messages.append(json.loads(bytes(self._buffer[_HEADER.size:end])))
+            messages.append(decode(bytes(self._buffer[_HEADER.size:end])))
             del self._buffer[:end]
         return messages
 
@@ -66,6 +123,17 @@ class FrameReader:
     def pending(self) -> bool:
         """Part of a frame is buffered."""
         return bool(self._buffer)
+
+
+def _is_outcome(message: Any) -> bool:
+    """A frame a rank sends rank 0: {"i": test index, "o": its outcome}."""
+    return (type(message) is dict and message.keys() == {"i", "o"}
+            and type(message["i"]) is int and message["i"] >= 0)
+
+
+def _is_verdict(message: Any) -> bool:
+    """A frame rank 0 sends a rank: {"i": test index, "v": the verdict}."""
+    return type(message) is dict and message.keys() == {"i", "v"} and type(message["i"]) is int
 
 
 def listen_address(master_addr: str, master_port: int, single_host: bool) -> str:
@@ -146,8 +214,7 @@ class RankZeroLink:
             _tune(conn)
             self._peers[rank] = conn
             self._readers[rank] = reader
-            for message in early:  # a rank may be a test ahead of this accept
-                self._received.setdefault(int(message["i"]), {})[rank] = message["o"]
+            self._take(rank, early)  # a rank may be a test ahead of this accept
         listener.close()
         self._listener = None
         return sorted(waiting)
@@ -156,19 +223,22 @@ class RankZeroLink:
     def _hello(conn: socket.socket, deadline: float
                ) -> tuple[int | None, FrameReader, list[Any]]:
         """The rank a new connection says it is, its reader, and any frames after the hello."""
-        reader = FrameReader()
+        reader = FrameReader(HELLO_LIMIT)
         try:
             while True:
                 conn.settimeout(max(deadline - time.monotonic(), 0.001))
                 data = conn.recv(4096)
                 if not data:
                     return None, reader, []
-                messages = reader.feed(data)
+                messages = reader.feed(data, most=1)
                 if messages:
                     first = messages[0]
                     rank = first.get("hello") if isinstance(first, dict) else None
-                    return (rank if isinstance(rank, int) else None), reader, messages[1:]
-        except (OSError, LinkError, ValueError):
+                    if type(rank) is not int:  # not bool: True is no rank
+                        return None, reader, []
+                    reader.limit = FRAME_LIMIT
+                    return rank, reader, reader.feed(b"")
+        except (OSError, LinkError):
             return None, reader, []
 
     def _wait_readable(self, ranks: list[int], timeout_s: float) -> None:
@@ -193,11 +263,24 @@ class RankZeroLink:
                     break
                 try:
                     messages = self._readers[r].feed(data)
-                except (LinkError, ValueError):
-                    self._gone.add(r)  # not our protocol: treat the rank as silent
+                except LinkError:
+                    self._lose(r)
                     break
-                for message in messages:
-                    self._received.setdefault(int(message["i"]), {})[r] = message["o"]
+                self._take(r, messages)
+
+    def _take(self, rank: int, messages: list[Any]) -> None:
+        """Keep a rank's outcomes; a frame that is not one loses the rank, as a closed
+        connection does (the test's gather then waits it out and the hang report names it)."""
+        for message in messages:
+            if not _is_outcome(message):
+                self._lose(rank)
+                return
+            self._received.setdefault(message["i"], {})[rank] = message["o"]
+
+    def _lose(self, rank: int) -> None:
+        """Nothing more is read from this rank; closed, so it learns so at once."""
+        self._gone.add(rank)
+        self._peers[rank].close()
 
     def gather(self, index: int, timeout_s: float) -> dict[int, Any] | None:
         """Every other rank's outcome of test `index`, or None when some did not come within
@@ -289,10 +372,13 @@ class PeerLink:
             self.lost = True
             return False
         try:
-            self._ready += self._reader.feed(data)
-        except (LinkError, ValueError):
-            self.lost = True
+            messages = self._reader.feed(data)
+        except LinkError:
+            messages = [None]
+        if not all(_is_verdict(m) for m in messages):
+            self.lost = True  # not rank 0's protocol: no verdict will come from it
             return False
+        self._ready += messages
         return True
 
     def ready(self, timeout_s: float) -> bool:
@@ -310,7 +396,7 @@ class PeerLink:
         while True:
             while self._ready:
                 message = self._ready.pop(0)
-                if message.get("i") == index:
+                if message["i"] == index:
                     return message["v"]
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._read(remaining):
