@@ -30,7 +30,7 @@ from ..settings import Settings, resolve
 from . import hang
 from .launcher import LaunchEnv
 from .live import LivePrinter, terminal_stream
-from .peerlink import LinkError, PeerLink, RankZeroLink, listen_address
+from .peerlink import LinkError, PeerLink, RankZeroLink, listen_address, new_token
 from .session import DistbenchSession, _task_for, build_records, fail_on_wrong_results
 from .storechannel import StoreChannel, StoreLost, open_store
 from .wire import Measurement, RankSpec, TestOutcome
@@ -108,18 +108,34 @@ class LauncherSession(DistbenchSession):
                 self._zero_link = RankZeroLink(address, self.world_size)
                 self.channel.set("link", [address, self._zero_link.port])
                 return
+            # Rank 0 admits only a hello that proves this token: joining takes reading the store.
+            token = new_token()
+            self.channel.set(f"link-token/{self.rank}", token.hex())
             if not self.channel.wait(["link"], START_TIMEOUT_S):
                 raise LinkError(f"rank 0 did not say where to connect within "
                                 f"{START_TIMEOUT_S:g} s")
             address, port = self.channel.get("link")
-            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S)
+            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S, token)
         except (LinkError, OSError) as exc:
             raise pytest.UsageError(f"launcher mode: rank {self.rank}: {exc}") from None
 
     def _accept_link(self) -> None:
+        if self._peer_link is not None:
+            try:
+                self._peer_link.join(START_TIMEOUT_S)
+            except LinkError as exc:
+                pytest.exit(f"launcher mode: rank {self.rank}: {exc}",
+                            returncode=pytest.ExitCode.USAGE_ERROR)
         if self._zero_link is None:
             return
-        missing = self._zero_link.accept(START_TIMEOUT_S)
+        # Every rank published its token before the collection round that preceded this.
+        tokens: dict[int, bytes] = {}
+        for r in range(1, self.world_size):
+            try:
+                tokens[r] = bytes.fromhex(self.channel.get(f"link-token/{r}"))
+            except (TypeError, ValueError):
+                pass  # not a token: that rank cannot join, and is named below
+        missing = self._zero_link.accept(START_TIMEOUT_S, tokens)
         if missing:
             pytest.exit(f"launcher mode: ranks {missing} did not connect to rank 0 at "
                         f"{self._zero_link.address}:{self._zero_link.port} within "

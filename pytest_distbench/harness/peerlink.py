@@ -18,13 +18,20 @@ another protocol costs rank 0 a closed connection, never memory or a traceback.
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import select
+import selectors
 import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 _HEADER = struct.Struct("!I")
@@ -172,74 +179,214 @@ def _send_all(conn: socket.socket, data: bytes, timeout_s: float) -> None:
             poller.poll(remaining * 1000)
 
 
+def _send_now(conn: socket.socket, frame: bytes) -> bool:
+    """One non-blocking send of a small frame to a new connection; False unless all of it went
+    (a fresh socket's buffer takes far more: short means the peer is not reading, or gone)."""
+    try:
+        return conn.send(frame) == len(frame)
+    except OSError:
+        return False
+
+
+# -- who may join -----------------------------------------------------------------------------
+#
+# Rank 0's port is published in the launcher's store, and across hosts it listens on a routable
+# address: anyone who can connect can try. Each rank other than 0 makes a token and publishes it
+# in the store before connecting; rank 0 opens every connection with a fresh challenge, and
+# admits a rank only on an HMAC of that challenge under the rank's token. So joining takes what
+# the store already guards (reading it), the token never crosses the link, and a hello seen on
+# one connection is worth nothing on another.
+
+TOKEN_BYTES = 32
+_NONCE_BYTES = 32
+_MAC_CONTEXT = b"distbench-link-hello/1\0"  # no other MAC made with a token can pass for one
+_HEX32 = re.compile(r"[0-9a-f]{64}")  # a nonce or a SHA-256 MAC, as sent
+CROWD = 64  # connections held unproven at once beyond one per rank: more is someone's flood
+
+
+def new_token() -> bytes:
+    """A rank's secret for joining the link: published in the store, never sent on the link."""
+    return secrets.token_bytes(TOKEN_BYTES)
+
+
+def hello_mac(token: bytes, nonce: bytes, rank: int) -> str:
+    """The proof a rank's hello carries: good for this rank, on the connection whose challenge
+    was `nonce`, only."""
+    message = _MAC_CONTEXT + nonce + rank.to_bytes(4, "big")  # the nonce's length is fixed
+    return hmac.new(token, message, hashlib.sha256).hexdigest()
+
+
+def _nonce_of(challenge: Any) -> bytes | None:
+    if (type(challenge) is dict and challenge.keys() == {"challenge"}
+            and type(challenge["challenge"]) is str
+            and _HEX32.fullmatch(challenge["challenge"])):
+        return bytes.fromhex(challenge["challenge"])
+    return None
+
+
+@dataclass
+class _Newcomer:
+    """A connection rank 0 has challenged and not admitted yet."""
+
+    conn: socket.socket
+    nonce: bytes
+    deadline: float  # its own: a silent one is dropped without holding up anyone else
+    reader: FrameReader = field(default_factory=lambda: FrameReader(HELLO_LIMIT))
+
+
+class _Refused(Exception):
+    """A newcomer that is not a rank still waiting to join: close it, tell it nothing."""
+
+
 class RankZeroLink:
     """Rank 0's end: a connection per other rank; outcomes in, verdicts out."""
 
     def __init__(self, address: str, world_size: int) -> None:
         self.world_size = world_size
         self._listener: socket.socket | None = socket.create_server(
-            (address, 0), backlog=max(world_size, 8))
+            (address, 0), backlog=max(world_size, 8) + CROWD)
         self.address = address
         self.port: int = self._listener.getsockname()[1]
         self._peers: dict[int, socket.socket] = {}
         self._readers: dict[int, FrameReader] = {}
-        self._gone: set[int] = set()  # closed by the peer: nothing more will come
+        self._gone: set[int] = set()  # closed, or broke the protocol: nothing more is read
         self._received: dict[int, dict[int, Any]] = {}  # test index -> rank -> outcome
         # The main thread gathers; rank 0's deadline watch may look at what arrived meanwhile.
         self._lock = threading.Lock()
 
-    def accept(self, timeout_s: float) -> list[int]:
-        """Take every other rank's connection; the ranks that did not connect in time."""
+    def accept(self, timeout_s: float, tokens: Mapping[int, bytes]) -> list[int]:
+        """Admit every other rank, each on a connection whose hello proves the token that rank
+        published (`tokens`: rank -> token, read from the store); the ranks not admitted within
+        timeout_s.
+
+        Every connection is served at once, each against its own HELLO_TIMEOUT_S: one that
+        stays silent, sends anything but a proven hello, or claims a rank already admitted is
+        closed and forgotten, and holds up no one.
+        """
         listener = self._listener
         assert listener is not None
+        # A short token could be guessed (an empty one by anyone): such a rank cannot join.
+        keys = {r: t for r, t in tokens.items()
+                if isinstance(t, bytes) and len(t) >= TOKEN_BYTES // 2}
         deadline = time.monotonic() + timeout_s
         waiting = set(range(1, self.world_size))
-        while waiting:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            listener.settimeout(remaining)
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                break
-            # A stranger that says nothing holds this up for HELLO_TIMEOUT_S at most.
-            rank, reader, early = self._hello(conn, min(deadline,
-                                                        time.monotonic() + HELLO_TIMEOUT_S))
-            if rank is None or rank not in waiting:
-                conn.close()  # not one of ours, or a rank twice: ignore it
-                continue
-            waiting.discard(rank)
-            conn.setblocking(False)  # reads take what is there; sends wait in _send_all
-            _tune(conn)
-            self._peers[rank] = conn
-            self._readers[rank] = reader
-            self._take(rank, early)  # a rank may be a test ahead of this accept
-        listener.close()
-        self._listener = None
+        newcomers: dict[int, _Newcomer] = {}  # by file descriptor, oldest first
+        selector = selectors.DefaultSelector()
+        listener.setblocking(False)
+        selector.register(listener, selectors.EVENT_READ)
+        try:
+            while waiting:
+                now = time.monotonic()
+                for fd in [fd for fd, n in newcomers.items() if n.deadline <= now]:
+                    _dismiss(selector, newcomers, fd)
+                if now >= deadline:
+                    break
+                wake = min([deadline, *(n.deadline for n in newcomers.values())])
+                for key, _ in selector.select(wake - now):
+                    if key.fileobj is listener:
+                        self._challenge(listener, selector, newcomers)
+                        continue
+                    newcomer = newcomers.get(key.fd)
+                    if newcomer is None:  # dismissed earlier in this round
+                        continue
+                    try:
+                        rank = self._hear(newcomer, keys, waiting)
+                    except _Refused:
+                        _dismiss(selector, newcomers, key.fd)
+                        continue
+                    if rank is None:
+                        continue  # the hello is not complete yet
+                    del newcomers[key.fd]
+                    selector.unregister(newcomer.conn)
+                    if self._admit(rank, newcomer):
+                        waiting.discard(rank)
+                    else:
+                        newcomer.conn.close()
+        finally:
+            for newcomer in newcomers.values():
+                newcomer.conn.close()
+            selector.close()
+            listener.close()
+            self._listener = None
         return sorted(waiting)
 
-    @staticmethod
-    def _hello(conn: socket.socket, deadline: float
-               ) -> tuple[int | None, FrameReader, list[Any]]:
-        """The rank a new connection says it is, its reader, and any frames after the hello."""
-        reader = FrameReader(HELLO_LIMIT)
+    def _challenge(self, listener: socket.socket, selector: selectors.BaseSelector,
+                   newcomers: dict[int, _Newcomer]) -> None:
+        """Take one new connection and send it a challenge."""
         try:
-            while True:
-                conn.settimeout(max(deadline - time.monotonic(), 0.001))
-                data = conn.recv(4096)
-                if not data:
-                    return None, reader, []
-                messages = reader.feed(data, most=1)
-                if messages:
-                    first = messages[0]
-                    rank = first.get("hello") if isinstance(first, dict) else None
-                    if type(rank) is not int:  # not bool: True is no rank
-                        return None, reader, []
-                    reader.limit = FRAME_LIMIT
-                    return rank, reader, reader.feed(b"")
-        except (OSError, LinkError):
-            return None, reader, []
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                if newcomers:  # out of descriptors: the oldest unproven connection makes room
+                    _dismiss(selector, newcomers, next(iter(newcomers)))
+                else:
+                    time.sleep(0.05)  # the listener stays readable: do not spin on it
+            return  # otherwise reset before it was taken
+        if len(newcomers) >= self.world_size + CROWD:
+            # Connections are coming faster than they prove themselves: drop the oldest. A rank
+            # answers within a round trip, so that is rarely one; if it is, it reconnects
+            # (PeerLink.join).
+            _dismiss(selector, newcomers, next(iter(newcomers)))
+        conn.setblocking(False)
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        if not _send_now(conn, encode({"challenge": nonce.hex()})):
+            conn.close()
+            return
+        newcomers[conn.fileno()] = _Newcomer(conn, nonce, time.monotonic() + HELLO_TIMEOUT_S)
+        selector.register(conn, selectors.EVENT_READ)
+
+    def _hear(self, newcomer: _Newcomer, keys: Mapping[int, bytes], waiting: set[int]
+              ) -> int | None:
+        """The rank a newcomer's hello proves, None while it is incomplete; _Refused for
+        anything else."""
+        try:
+            data = newcomer.conn.recv(HELLO_LIMIT)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            raise _Refused from exc
+        if not data:
+            raise _Refused
+        try:
+            messages = newcomer.reader.feed(data, most=1)  # what follows is read as outcomes
+        except LinkError as exc:
+            raise _Refused from exc
+        if not messages:
+            return None
+        rank = self._proven(messages[0], newcomer.nonce, keys)
+        if rank is None or rank not in waiting:  # a second hello for a rank: its holder stays
+            raise _Refused
+        return rank
+
+    def _proven(self, hello: Any, nonce: bytes, keys: Mapping[int, bytes]) -> int | None:
+        """The rank of {"hello": rank, "mac": hello_mac(token, nonce, rank)}, if it is that."""
+        if type(hello) is not dict or hello.keys() != {"hello", "mac"}:
+            return None
+        rank, mac = hello["hello"], hello["mac"]
+        # type() rather than isinstance: True is an int, and no rank.
+        if type(rank) is not int or not 1 <= rank < self.world_size or rank not in keys:
+            return None
+        # Only 64 lowercase hex digits reach compare_digest (which refuses non-ASCII text).
+        if type(mac) is not str or not _HEX32.fullmatch(mac):
+            return None
+        return rank if hmac.compare_digest(hello_mac(keys[rank], nonce, rank), mac) else None
+
+    def _admit(self, rank: int, newcomer: _Newcomer) -> bool:
+        """Tell a proven rank it is in; from here it is read as outcomes, under FRAME_LIMIT."""
+        if not _send_now(newcomer.conn, encode({"welcome": rank})):
+            return False
+        _tune(newcomer.conn)
+        newcomer.reader.limit = FRAME_LIMIT
+        with self._lock:
+            self._peers[rank] = newcomer.conn
+            self._readers[rank] = newcomer.reader
+            try:  # a rank may be a test ahead of this accept
+                self._take(rank, newcomer.reader.feed(b""))
+            except LinkError:
+                self._lose(rank)
+        return True
 
     def _wait_readable(self, ranks: list[int], timeout_s: float) -> None:
         """Block until one of `ranks` has sent something (or timeout_s); outside the lock."""
@@ -259,7 +406,7 @@ class RankZeroLink:
                 except OSError:
                     data = b""
                 if not data:
-                    self._gone.add(r)  # closed: nothing more will come from it
+                    self._lose(r)  # closed: nothing more will come from it
                     break
                 try:
                     messages = self._readers[r].feed(data)
@@ -334,30 +481,124 @@ class RankZeroLink:
         self._peers.clear()
 
 
-class PeerLink:
-    """The end of a rank other than 0: outcomes out, verdicts in."""
+def _dismiss(selector: selectors.BaseSelector, newcomers: dict[int, _Newcomer],
+             fd: int) -> None:
+    newcomer = newcomers.pop(fd)
+    selector.unregister(newcomer.conn)
+    newcomer.conn.close()
 
-    def __init__(self, address: str, port: int, rank: int, timeout_s: float) -> None:
-        try:
-            self._conn = socket.create_connection((address, port), timeout=timeout_s)
-        except OSError as exc:
-            raise LinkError(f"rank {rank} could not connect to rank 0 at {address}:{port}: "
-                            f"{exc}") from exc
-        _tune(self._conn)
-        self._reader = FrameReader()
-        self._ready: list[Any] = []  # verdict frames read but not taken
+
+class PeerLink:
+    """The end of a rank other than 0: outcomes out, verdicts in.
+
+    Connects at once (a firewall shows early); `join` proves the rank's token to rank 0 once it
+    accepts, after the collection round."""
+
+    def __init__(self, address: str, port: int, rank: int, timeout_s: float,
+                 token: bytes) -> None:
+        self.address, self.port, self.rank = address, port, rank
+        self._token = token
+        self._conn = self._connect(timeout_s)
+        self._reader = FrameReader(HELLO_LIMIT)  # FRAME_LIMIT once rank 0 has admitted us
+        self._ready: list[Any] = []  # frames read but not taken
+        self.joined = False
         self.lost = False  # rank 0 closed the connection: no verdict will come
-        self._conn.sendall(encode({"hello": rank}))
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        try:
+            conn = socket.create_connection((self.address, self.port),
+                                            timeout=max(timeout_s, 0.001))
+        except OSError as exc:
+            raise LinkError(f"rank {self.rank} could not connect to rank 0 at {self.address}:"
+                            f"{self.port}: {exc}") from exc
+        _tune(conn)
+        return conn
+
+    def join(self, timeout_s: float) -> None:
+        """Answer rank 0's challenge with this rank's proof and return once rank 0 has admitted
+        it; LinkError if it has not within timeout_s. Rank 0 challenges when it accepts."""
+        if self.joined:
+            return
+        deadline = time.monotonic() + timeout_s
+        pause = 0.05
+        while True:
+            try:
+                if self._greet(deadline):
+                    break
+            except TimeoutError:
+                raise LinkError(self._not_admitted(timeout_s)) from None
+            # Closed before a welcome: rank 0 found this connection too slow to prove itself,
+            # or dropped it to make room among a flood of others. A fresh one tries again (one
+            # that is refused means rank 0 stopped accepting: LinkError).
+            time.sleep(max(min(pause, deadline - time.monotonic()), 0.0))
+            pause = min(2 * pause, 1.0)
+            if time.monotonic() >= deadline:
+                raise LinkError(self._not_admitted(timeout_s))
+            self._conn.close()
+            self._conn = self._connect(deadline - time.monotonic())
+            self._reader = FrameReader(HELLO_LIMIT)
+            self._ready = []
+            self.lost = False
+        self.joined = True
+        self._reader.limit = FRAME_LIMIT
+        self._absorb(b"")  # frames that came with the welcome
+
+    def _not_admitted(self, timeout_s: float) -> str:
+        return (f"rank 0 at {self.address}:{self.port} did not admit rank {self.rank} within "
+                f"{timeout_s:g} s")
+
+    def _greet(self, deadline: float) -> bool:
+        """One challenge, hello and welcome; False when rank 0 closed the connection first."""
+        challenge = self._next(deadline)
+        if challenge is None:
+            return False
+        nonce = _nonce_of(challenge)
+        if nonce is None:
+            raise LinkError(f"{self.address}:{self.port} does not speak as distbench's rank 0 "
+                            f"(rank {self.rank} connected to it from the store's 'link')")
+        try:
+            self._conn.settimeout(max(deadline - time.monotonic(), 0.001))
+            self._conn.sendall(encode({"hello": self.rank,
+                                       "mac": hello_mac(self._token, nonce, self.rank)}))
+        except OSError:
+            return False
+        welcome = self._next(deadline)
+        if welcome is None:
+            return False
+        if (type(welcome) is not dict or welcome.keys() != {"welcome"}
+                or type(welcome["welcome"]) is not int or welcome["welcome"] != self.rank):
+            raise LinkError(f"{self.address}:{self.port} answered rank {self.rank}'s hello "
+                            "with something other than its welcome")
+        return True
+
+    def _next(self, deadline: float) -> Any | None:
+        """The next frame while joining; None when the connection closed (or broke the
+        protocol); TimeoutError at the deadline."""
+        if self._reader.pending:
+            self._absorb(b"", most=1)  # it may have come in one piece with the frame before
+        while not self._ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if not self._read(remaining, most=1) and self.lost:
+                return None
+        return self._ready.pop(0)
 
     def send(self, index: int, outcome: Any) -> None:
         """This rank's outcome of test `index` (a lost rank 0 shows when the verdict is due)."""
+        if not self.joined:
+            try:
+                self.join(SEND_TIMEOUT_S)
+            except LinkError:
+                self.lost = True
+                return
         try:
             self._conn.settimeout(SEND_TIMEOUT_S)
             self._conn.sendall(encode({"i": index, "o": outcome}))
         except OSError:
             pass
 
-    def _read(self, timeout_s: float) -> bool:
+    def _read(self, timeout_s: float, most: int | None = None) -> bool:
         """Read once; False on timeout or when rank 0 is gone (then `lost`)."""
         if self.lost:
             return False
@@ -371,12 +612,18 @@ class PeerLink:
         if not data:
             self.lost = True
             return False
+        return self._absorb(data, most)
+
+    def _absorb(self, data: bytes, most: int | None = None) -> bool:
+        """Frames out of `data` into `_ready`; False (and `lost`) when they are not rank 0's
+        protocol: no verdict will come from it."""
         try:
-            messages = self._reader.feed(data)
+            messages = self._reader.feed(data, most)
         except LinkError:
-            messages = [None]
-        if not all(_is_verdict(m) for m in messages):
-            self.lost = True  # not rank 0's protocol: no verdict will come from it
+            self.lost = True
+            return False
+        if self.joined and not all(_is_verdict(m) for m in messages):
+            self.lost = True
             return False
         self._ready += messages
         return True
