@@ -12,7 +12,7 @@ from ...settings import Settings
 from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .peerlink import LinkError, PeerLink
+from .peerlink import LinkError, PeerLink, new_token
 from .session import FAILURE_GRACE_S, START_TIMEOUT_S, LauncherSession
 
 
@@ -30,13 +30,25 @@ class OtherRankSession(LauncherSession):
     def _open_link(self) -> None:
         """Connect to rank 0 where it said in the store."""
         try:
+            # Rank 0 admits only a hello that proves this token: joining takes reading the store.
+            token = new_token()
+            self.channel.set(wire.link_token(self.rank), token.hex())
             if not self.channel.wait([wire.LINK], START_TIMEOUT_S):
                 raise LinkError(f"rank 0 did not say where to connect within "
                                 f"{START_TIMEOUT_S:g} s")
             address, port = self.channel.get(wire.LINK)
-            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S)
+            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S, token)
         except (LinkError, OSError) as exc:
             raise pytest.UsageError(f"launcher mode: rank {self.rank}: {exc}") from None
+
+    def _accept_link(self) -> None:
+        """Answer rank 0's challenge once it accepts (after the collection round)."""
+        assert self._peer_link is not None
+        try:
+            self._peer_link.join(START_TIMEOUT_S)
+        except LinkError as exc:
+            pytest.exit(f"launcher mode: rank {self.rank}: {exc}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
 
     def _close_link(self) -> None:
         if self._peer_link is not None:

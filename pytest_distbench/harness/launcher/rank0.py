@@ -51,7 +51,14 @@ class RankZeroSession(LauncherSession):
     def _accept_link(self) -> None:
         if self._zero_link is None:
             return
-        missing = self._zero_link.accept(START_TIMEOUT_S)
+        # Every rank published its token before the collection round that preceded this.
+        tokens: dict[int, bytes] = {}
+        for r in range(1, self.world_size):
+            try:
+                tokens[r] = bytes.fromhex(self.channel.get(wire.link_token(r)))
+            except (TypeError, ValueError):
+                pass  # not a token: that rank cannot join, and is named below
+        missing = self._zero_link.accept(START_TIMEOUT_S, tokens)
         if missing:
             pytest.exit(f"launcher mode: ranks {missing} did not connect to rank 0 at "
                         f"{self._zero_link.address}:{self._zero_link.port} within "

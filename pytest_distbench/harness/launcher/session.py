@@ -82,7 +82,7 @@ class LauncherSession(Session):
         """Apply the verdict still pending, if any (the ranks other than 0 read it late)."""
 
     def _accept_link(self) -> None:
-        """Rank 0 takes the other ranks' connections (after the collection round)."""
+        """Join the per-test link (after the collection round, when every rank is there)."""
 
     def _printer(self, item: pytest.Function, report_every_s: float | None
                  ) -> LivePrinter | None:

@@ -15,6 +15,11 @@ from typing import Any
 LINK = "link"  # rank 0's [address, port] for the per-test link
 
 
+def link_token(rank: int) -> str:
+    """The one-time token a rank proves to rank 0 to join the link (peerlink.py)."""
+    return f"link-token/{rank}"
+
+
 def collected(rank: int) -> str:
     """A rank's collected node ids (read by rank 0 to name the first difference)."""
     return f"collected/{rank}"
