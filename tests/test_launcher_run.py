@@ -234,6 +234,34 @@ def test_the_other_ranks_exit_at_once_when_rank_0_dies(pytester, leak_tag):
         assert other.seconds < 60, other.output
 
 
+def test_a_rank_that_dies_is_reported_as_dead_at_once_not_as_a_hang(pytester, leak_tag):
+    pytester.makepyfile(textwrap.dedent("""
+        import os, signal, time, pytest
+
+        @pytest.mark.distbench
+        def test_rank_1_dies(distbench):
+            if distbench.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(1)
+
+        @pytest.mark.distbench
+        def test_never_reached(distbench):
+            pass
+    """))
+    ranks = launch(pytester.path, "openmpi", 3, ["--distbench", "--distbench-timeout=120", "-rA"],
+                   timeout=100)
+    rank0 = ranks[0]
+    assert rank0.returncode == 1, rank0.output
+    assert "rank 1 (" in rank0.output and ") died during the test: its connection to rank 0 " \
+        "closed" in rank0.output, rank0.output
+    assert "timed out" not in rank0.output
+    assert "1 failed, 1 skipped" in rank0.output
+    # At once: not after the test's 120 s timeout.
+    assert rank0.seconds < 60, rank0.output
+    assert ranks[1].returncode == -9
+    assert ranks[2].returncode != 0 and ranks[2].seconds < 60, ranks[2].output
+
+
 def test_forced_launcher_mode_without_a_launcher_is_a_usage_error(pytester, leak_tag):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     [done] = run_all([(PYTEST + ["--distbench", "--distbench-launcher=env"], {})],

@@ -431,7 +431,7 @@ class RankZeroLink:
 
     def gather(self, index: int, timeout_s: float) -> dict[int, Any] | None:
         """Every other rank's outcome of test `index`, or None when some did not come within
-        timeout_s (what did come is kept: `received` shows it)."""
+        timeout_s or will never come (`lost`); what did come is kept (`received`)."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
@@ -445,11 +445,15 @@ class RankZeroLink:
             if remaining <= 0:
                 return None
             if not listening:
-                # A rank that closed its connection sends nothing more: wait out the time as
-                # the store did, so the hang report names it, without spinning.
-                time.sleep(remaining)
+                # A rank that closed its connection sends nothing more: it died (or its link
+                # broke). Say so now rather than at the deadline (`lost` names it).
                 return None
             self._wait_readable(listening, remaining)
+
+    def lost(self) -> list[int]:
+        """The ranks whose connection closed: nothing more will come from them."""
+        with self._lock:
+            return sorted(self._gone)
 
     def received(self, index: int) -> dict[int, Any]:
         """The outcomes of test `index` that have arrived so far (reads what is waiting)."""

@@ -73,6 +73,13 @@ class RankZeroSession(LauncherSession):
         arrived = self._zero_link.gather(running.index, timeout_s)
         return None if arrived is None else _outcomes(arrived)
 
+    def _dead(self, running: hang.Running) -> list[int]:
+        """Ranks whose link closed before they sent this test's outcome: they died."""
+        if self._zero_link is None:
+            return []
+        arrived = self._zero_link.received(running.index)
+        return [r for r in self._zero_link.lost() if r not in arrived]
+
     def _close_link(self) -> None:
         if self._zero_link is not None:
             self._zero_link.close()
@@ -99,8 +106,8 @@ class RankZeroSession(LauncherSession):
         others = self._gather(running, settings.timeout + hang.STACK_WAIT_S)
         if not self.watch.disarm():
             hang.park()  # the deadline watch reports the hang and ends the process
-        if others is None:  # past the deadline before the watch thread got to run
-            self._report_hang(running)
+        if others is None:  # a rank is gone, or past the deadline before the watch ran
+            self._report_hang(running, dead=self._dead(running))
             hang.exit_now()
         posted = {0: outcome, **others}
         if any(o.status != "passed" for o in posted.values()):
@@ -152,29 +159,37 @@ class RankZeroSession(LauncherSession):
             verdict.rebuild = True
         return records, verdict
 
-    def _report_hang(self, running: hang.Running) -> None:
-        """The deadline watch, in its own thread: declare, collect stacks, report, exit."""
+    def _report_hang(self, running: hang.Running, dead: list[int] | None = None) -> None:
+        """The deadline watch, in its own thread (or the main thread when ranks died): declare,
+        collect the live ranks' stacks, report, exit."""
         ch = self._watch_channel
+        dead = dead or []
         own = self._own[1] if self._own is not None and self._own[0] == running.index else None
         arrived = _outcomes(self._zero_link.received(running.index)) if self._zero_link else {}
         pending = [r for r in range(self.world_size)
                    if (own is None if r == 0 else r not in arrived)]
         ch.set(running.key(wire.VERDICT), {"status": "hung", "pending": pending})
         stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
-        others = [r for r in pending if r != 0]
-        ch.wait([running.key(wire.stack(r)) for r in others], hang.STACK_WAIT_S)
-        for r in others:
-            key = running.key(wire.stack(r))
-            stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
+        others = [r for r in pending if r != 0 and r not in dead]
+        if not dead:  # a death ends the run now: the live ranks' stacks come at their deadline
+            ch.wait([running.key(wire.stack(r)) for r in others], hang.STACK_WAIT_S)
+            for r in others:
+                key = running.key(wire.stack(r))
+                stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
         finished = {r: own if r == 0 else arrived[r]
                     for r in range(self.world_size) if r not in pending}
-        lines = [
-            f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks {pending} did "
-            "not finish. In launcher mode the ranks cannot be replaced: the remaining tests are "
-            "not run and every rank exits. Stacks of the live ranks:"]
-        for r, stack in sorted(stacks.items()):
-            lines.append(f"--- rank {r} ({self.hosts.get(r, '?')}) ---")
-            lines.append(tag(r, stack))
+        cannot = ("In launcher mode the ranks cannot be replaced: the remaining tests are not "
+                  "run and every rank exits.")
+        if dead:
+            lines = [f"rank {r} ({self.hosts.get(r, '?')}) died during the test: its connection "
+                     "to rank 0 closed (its exit status is in the launcher's log)"
+                     for r in dead] + [cannot]
+        else:
+            lines = [f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks "
+                     f"{pending} did not finish. {cannot} Stacks of the live ranks:"]
+            for r, stack in sorted(stacks.items()):
+                lines.append(f"--- rank {r} ({self.hosts.get(r, '?')}) ---")
+                lines.append(tag(r, stack))
         failure = describe_problems(run_result(finished), running.timeout_s)  # type: ignore[arg-type]
         if failure:
             lines += ["", "Before that:", failure]
