@@ -24,7 +24,7 @@ PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.ran
             "pytest_distbench.harness.measure"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
-STACK_DUMP_WAIT_S = 0.5
+STACK_DUMP_WAIT_S = 5.0
 # What of a rank's output one test keeps (its start and its end, where a stack dump lands):
 # pressure log threads can write gigabytes that no report could show.
 OUTPUT_HEAD_BYTES = 64 * 1024
@@ -252,10 +252,12 @@ class World:
                 result.stopped = sorted(pending)
             else:
                 result.hung = sorted(pending)
-                result.stacks = self._dump_stacks(sorted(pending), marks)
+                result.stacks, before = self._dump_stacks(sorted(pending), marks)
         result.output = {
             r: self._read_from(path, marks[r]) for r, path in enumerate(self.capture_paths)
         }
+        if result.hung:
+            result.output.update(before)  # the stacks are in the failure, under each header
         self.busy = False
         return result
 
@@ -279,19 +281,32 @@ class World:
         self.processes[r].join(1.0)
         return None
 
-    def _dump_stacks(self, ranks: list[int], marks: list[int]) -> dict[int, str]:
+    def _dump_stacks(self, ranks: list[int], marks: list[int]
+                     ) -> tuple[dict[int, str], dict[int, str]]:
+        """Each rank's stacks, and what it printed before them: the report shows the stacks
+        once, under the rank's header, and the output without them."""
         for r in ranks:
             try:
                 os.kill(self.processes[r].pid, rank_module.STACK_DUMP_SIGNAL)
             except ProcessLookupError:
                 pass
-        time.sleep(STACK_DUMP_WAIT_S)  # faulthandler writes from the signal handler
-        stacks = {}
+        # faulthandler writes from the signal handler once the rank is scheduled: on a loaded
+        # machine that can take a while, so wait for the main thread's part (written last).
+        deadline = time.monotonic() + STACK_DUMP_WAIT_S
+        while time.monotonic() < deadline and not all(
+                "Current thread" in self._read_from(self.capture_paths[r], marks[r])
+                for r in ranks):
+            time.sleep(0.05)
+        time.sleep(0.1)  # the rest of the dump, written in the same handler
+        stacks, before = {}, {}
         for r in ranks:
             text = self._read_from(self.capture_paths[r], marks[r])
             found = [i for i in (text.find("Thread 0x"), text.find("Current thread")) if i >= 0]
-            stacks[r] = text[min(found):] if found else "(no stack dump: the rank did not respond)"
-        return stacks
+            if found:
+                before[r], stacks[r] = text[:min(found)], text[min(found):]
+            else:
+                stacks[r] = "(no stack dump: the rank did not respond)"
+        return stacks, before
 
     # -- captured output --------------------------------------------------------------------
 
