@@ -8,6 +8,7 @@ outlives it.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import textwrap
 
@@ -67,6 +68,33 @@ def test_torchrun_one_node(pytester, leak_tag, nproc):
     assert done.returncode == 0, done.output
     assert "2 passed, 1 skipped" in done.output
     _check_run(done.output, path, "torchrun", nproc)
+
+
+def test_torchrun_keeps_rank_0s_report_when_a_test_fails_on_another_rank(pytester, leak_tag):
+    """torchrun stops every rank once one exits non-zero: no rank may exit before rank 0 has
+    printed its report, and all exit with rank 0's status."""
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.distbench
+        def test_fails_on_rank_1(distbench):
+            if distbench.rank == 1:
+                raise ValueError("boom on rank one")
+
+        @pytest.mark.distbench
+        def test_passes(distbench):
+            pass
+    """))
+    [done] = run_all([(TORCHRUN + ["--standalone", "--nproc-per-node=2", "-m", "pytest",
+                                   "-p", "no:cacheprovider", "--distbench", "-rA"], {})],
+                     pytester.path, timeout=300)
+    assert done.returncode != 0
+    for line in ["short test summary info", "FAILED test_torchrun_keeps_rank_0s_report",
+                 "PASSED test_torchrun_keeps_rank_0s_report", "1 failed, 1 passed"]:
+        assert line in done.output, done.output
+    # torchrun stops the ranks still running once one exits non-zero: rank 0 is not among
+    # them, it exits with its own status once its report is out.
+    assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s*exitcode\s*: 1 ", done.output), done.output
 
 
 def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):

@@ -322,15 +322,17 @@ def test_gather_gives_up_after_its_timeout_and_keeps_what_came(make_world):
     assert zero.gather(7, 5) == {1: "one", 2: "two"}
 
 
-def test_a_rank_that_closed_its_connection_is_waited_for_without_spinning(make_world):
+def test_a_rank_that_closed_its_connection_is_known_lost_at_once(make_world):
     world = joined_world(make_world)
     zero, peers = world.zero, world.peers
     peers[1].send(3, "one")
     peers[2].close()
-    cpu, began = time.process_time(), time.monotonic()
-    assert zero.gather(3, 0.5) is None
-    assert time.monotonic() - began >= 0.45
-    assert time.process_time() - cpu < 0.2
+    began = time.monotonic()
+    # Its outcome will never come: gather says so now, not at the deadline (issue 19, item 9).
+    assert zero.gather(3, 30) is None
+    assert time.monotonic() - began < 5
+    assert zero.lost() == [2]
+    assert zero.received(3) == {1: "one"}
     zero.broadcast(3, "verdict")  # the closed rank is skipped, the other still gets it
     assert peers[1].verdict(3, 5) == "verdict"
 

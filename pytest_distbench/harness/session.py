@@ -37,6 +37,9 @@ class Session:
         """What this launch mode adds to the results environment."""
         return dict(self.extra_facts)
 
+    def finish(self) -> None:
+        """The very end (pytest_unconfigure, after every report was written)."""
+
     def close(self) -> None:
         """Release what the mode holds; safe to call more than once."""
 

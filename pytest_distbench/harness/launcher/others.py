@@ -15,6 +15,8 @@ from .detect import LaunchEnv
 from .peerlink import LinkError, PeerLink, new_token
 from .session import FAILURE_GRACE_S, START_TIMEOUT_S, LauncherSession
 
+EXIT_AFTER_RANK_0_S = 30.0  # how long a rank waits for rank 0 to exit before it does
+
 
 class OtherRankSession(LauncherSession):
     reports = False  # no terminal, no files: rank 0 reports for all
@@ -51,7 +53,16 @@ class OtherRankSession(LauncherSession):
                         returncode=pytest.ExitCode.USAGE_ERROR)
 
     def _close_link(self) -> None:
+        """Kept open until `finish`: rank 0's exit closing it tells this rank it may exit."""
+
+    def _agree_on_the_end(self) -> None:
+        if self.channel.wait([wire.END], hang.EXIT_WAIT_S):
+            self.pytest_session.exitstatus = self.channel.get(wire.END)["exitstatus"]
+        self.channel.set(wire.done(self.rank), 1)
         if self._peer_link is not None:
+            # Exit after rank 0: a launcher that stops every rank once one exits non-zero
+            # (torchrun) then never stops rank 0 on its way out.
+            self._peer_link.wait_closed(EXIT_AFTER_RANK_0_S)
             self._peer_link.close()
 
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:

@@ -476,10 +476,13 @@ class RankZeroLink:
             except OSError:
                 self._gone.add(r)
 
-    def close(self) -> None:
+    def stop_listening(self) -> None:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+
+    def close(self) -> None:
+        self.stop_listening()
         for conn in self._peers.values():
             conn.close()
         self._peers.clear()
@@ -652,6 +655,13 @@ class PeerLink:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._read(remaining):
                 return None
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """Wait (bounded) for rank 0 to close the link, which it does by exiting."""
+        deadline = time.monotonic() + timeout_s
+        while not self.lost and (remaining := deadline - time.monotonic()) > 0:
+            self._read(remaining)
+        return self.lost
 
     def close(self) -> None:
         self._conn.close()

@@ -3,6 +3,7 @@ reports for all (and, when a test outlives its timeout, reports the hang and end
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from typing import Any
@@ -16,7 +17,7 @@ from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
 from .peerlink import LinkError, RankZeroLink, listen_address
-from .session import FAILURE_GRACE_S, START_TIMEOUT_S, GateCheck, LauncherSession
+from .session import DONE_TIMEOUT_S, FAILURE_GRACE_S, START_TIMEOUT_S, GateCheck, LauncherSession
 
 
 class RankZeroSession(LauncherSession):
@@ -73,6 +74,16 @@ class RankZeroSession(LauncherSession):
         arrived = self._zero_link.gather(running.index, timeout_s)
         return None if arrived is None else _outcomes(arrived)
 
+    def _agree_on_the_end(self) -> None:
+        # The report must be out before the others may exit (a pipe holds it in a buffer).
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        status = int(self.pytest_session.exitstatus)
+        self.channel.set(wire.END, {"exitstatus": status})
+        if self._hosting:  # the store must outlive the others' last read of it
+            self.channel.wait([wire.done(r) for r in range(1, self.world_size)], DONE_TIMEOUT_S)
+
     def _dead(self, running: hang.Running) -> list[int]:
         """Ranks whose link closed before they sent this test's outcome: they died."""
         if self._zero_link is None:
@@ -81,8 +92,10 @@ class RankZeroSession(LauncherSession):
         return [r for r in self._zero_link.lost() if r not in arrived]
 
     def _close_link(self) -> None:
+        # The connections to the others stay open until this process exits: the others
+        # wait for that before they exit themselves (others.py).
         if self._zero_link is not None:
-            self._zero_link.close()
+            self._zero_link.stop_listening()
         if self._live_stream is not None:
             self._live_stream.close()
             self._live_stream = None

@@ -230,20 +230,28 @@ class LauncherSession(Session):
         }}
 
     def close(self) -> None:
-        """End of the session on every rank: leave the process group, let rank 0's store
-        outlive the others' last use of it. Safe to call more than once."""
+        """End of the tests on every rank: leave the process group, close the link. Safe to
+        call more than once."""
         if self._closed or self.aborting:
             return
         self._closed = True
         self.watch.stop()
         self._close_world(graceful=True)
         self._close_link()
+
+    def finish(self) -> None:
+        """The very end: no rank exits before rank 0 has finished reporting (a launcher such
+        as torchrun stops every rank once one exits non-zero), and every rank exits with rank
+        0's status."""
+        if self.aborting or self.pytest_session is None:
+            return
+        self.close()
         from .storechannel import StoreLost
 
         try:
-            self.channel.set(wire.done(self.rank), 1)
-            if self._hosting:
-                self.channel.wait([wire.done(r) for r in range(self.world_size)],
-                                  DONE_TIMEOUT_S)
+            self._agree_on_the_end()
         except (StoreLost, RuntimeError):
-            pass
+            pass  # the store's host is gone: nothing left to agree with
+
+    def _agree_on_the_end(self) -> None:
+        raise NotImplementedError

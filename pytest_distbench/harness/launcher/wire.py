@@ -40,6 +40,9 @@ def done(rank: int) -> str:
     return f"done/{rank}"
 
 
+END = "end"  # rank 0 finished reporting: {"exitstatus": N}, every rank's exit status
+
+
 def of_test(index: int, name: str) -> str:
     """A key about one test, by its index in the collected items."""
     return f"t{index}/{name}"
