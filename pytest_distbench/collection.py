@@ -63,8 +63,11 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
             metafunc.fixturenames.append(name)
     empty = [n for n in settings_module.NARROWABLE if not getattr(resolved, n)]
     if empty:
+        marker = metafunc.definition.get_closest_marker("distbench")
+        supports = "; ".join(f"{n}={marker.kwargs[n]!r}" for n in empty
+                             if marker is not None and n in marker.kwargs)
         reason = (f"the command line selects no {', '.join(empty)} this test supports "
-                  "(see its @pytest.mark.distbench)")
+                  f"(it supports {supports or 'others'}: see its @pytest.mark.distbench)")
         metafunc.parametrize(BACKEND_ARG, [pytest.param(None, id="none",
                                                         marks=pytest.mark.skip(reason=reason))])
         metafunc.parametrize(WORLD_SIZE_ARG, [None], ids=["none"])

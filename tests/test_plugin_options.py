@@ -96,6 +96,36 @@ def test_narrowed(distbench, nbytes):
     assert "test_narrowed[gloo-ws3" not in result.stdout.str()
 
 
+def test_a_smaller_test_runs_at_its_own_size_inside_a_larger_request(pytester, leak_tag):
+    pytester.makepyfile(
+        """
+import pytest
+
+@pytest.mark.distbench(world_size=2)
+def test_pair(distbench):
+    pass
+
+@pytest.mark.distbench(world_size=[3, 5])
+def test_odd(distbench):
+    pass
+
+@pytest.mark.distbench(world_size=[9])
+def test_big(distbench):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("--distbench", "--world-size=8", "--collect-only",
+                                           "-q")
+    listed = result.stdout.str()
+    assert "::test_pair[gloo-ws2]" in listed  # the pair runs inside the 8-rank request
+    assert "::test_odd[gloo-ws5]" in listed  # the largest size that fits
+    result = pytester.runpytest_subprocess("--distbench", "--world-size=8", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    # A test that fits nowhere says which sizes it supports.
+    result.stdout.fnmatch_lines(["*selects no world_size this test supports (it supports "
+                                 "world_size=[[]9[]]*"])
+
+
 def test_unavailable_backend_skips_with_reason(pytester, leak_tag):
     pytester.makepyfile(BENCH)
     result = pytester.runpytest_subprocess(
