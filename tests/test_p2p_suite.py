@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -125,6 +126,28 @@ def test_computation_to_computation_runs_with_three_ranks(pytester, distbench_ru
     assert (r["figures"]["sender"], r["figures"]["receiver"]) == (1, 2)
     assert r["nbytes"] == 1025 and r["wrong"] == 0
     result.stdout.fnmatch_lines(["*computation_to_computation*1025*2*0"])
+
+
+@pytest.mark.parametrize("world_size", [3, 5])
+def test_a_duration_run_on_a_path_that_leaves_rank_0_idle_lasts_its_duration(
+        pytester, distbench_run, world_size):
+    """Rank 0 is not on the computation_to_computation path: its idle loop must not set the
+    pace of the duration agreement (it asked for chunks of a million messages: a hang)."""
+    out = pytester.path / "out.json"
+    result = distbench_run(
+        "--distbench", "--pyargs", "pytest_distbench.suites.test_message_rate",
+        "-k", "computation_to_computation and not rpc", f"--world-size={world_size}",
+        "--tensor-size=1B", "--distbench-credits=1", "--distbench-duration=2s",
+        "--distbench-report-every=0.5s", "--distbench-timeout=60", f"--distbench-json={out}",
+        "-s", "--durations=0")
+    result.assert_outcomes(passed=1)
+    (r,) = _records(out)
+    timed = sum(r["samples"])
+    assert 1.8 <= timed <= 2.4, timed  # the slowest rank's time per iteration, summed
+    rate = r["figures"]["messages_per_iteration"] * len(r["samples"]) / timed
+    assert rate < 1e6, rate  # a round trip per message over loopback: far below 1e6/s
+    lines = re.findall(r"Rate: ([0-9.]+)msg/s", result.stdout.str())
+    assert lines and all(float(x) < 1e6 for x in lines), lines
 
 
 def test_one_rank_world_skips_with_the_reason(distbench_run):

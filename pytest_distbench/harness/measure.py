@@ -231,13 +231,16 @@ class Distbench:
         """Run for `duration_s`, every rank stopping after the same iteration; True if the
         run stopped early at MAX_DURATION_SAMPLES.
 
-        Iterations run in chunks. After each chunk, rank 0 posts, in a non-blocking all-reduce
-        of two numbers on the control group, whether the *next* chunk will reach the duration
-        and how long the chunk after it should be (~CHUNK_S at its average pace so far). The
-        all-reduce completes in the background while that next chunk runs; at the chunk's end
-        every rank reads the same answer and stops or goes on together. So the loop carries no
-        per-iteration traffic and no blocking synchronization, only one small collective per
-        chunk, and the run ends within about one chunk after the duration.
+        Iterations run in chunks. After each chunk, every rank posts, in a non-blocking
+        all-reduce of two numbers on the control group, whether by its own clock the *next*
+        chunk will reach the duration and how long the chunk after it should be (~CHUNK_S at
+        its average pace so far). The all-reduce completes in the background while that next
+        chunk runs; at the chunk's end every rank reads the same answer (stop if any rank says
+        so; the shortest chunk any rank asks for) and stops or goes on together. The slowest
+        rank sets the pace: a rank with little or nothing to do per iteration (one that is not
+        on a message path) cannot ask for chunks its peers would take minutes to run. So the
+        loop carries no per-iteration traffic and no blocking synchronization, only one small
+        collective per chunk, and the run ends within about one chunk after the duration.
         """
         append = samples.append
         chunk_s = min(CHUNK_S, duration_s / 10)
@@ -253,18 +256,16 @@ class Distbench:
                 stop, proposed = decision.tolist()
                 if stop:
                     return stop > 1
-                size = int(proposed)
-            if self.rank == 0:
-                # The average since the start, waits included: a rank ahead of a slower one
-                # is held back at chunk ends, so only the long-run pace predicts the next end.
-                elapsed = time.perf_counter() - start
-                rate = elapsed / len(samples)
-                # 1: the duration is reached; 2: the sample cap is.
-                capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
-                decision[0] = 2.0 if capped else float(elapsed + size * rate >= duration_s)
-                decision[1] = float(self._chunk_size(chunk_s, rate))
-            else:
-                decision.zero_()
+                size = int(-proposed)
+            # The average since the start, waits included: a rank ahead of a slower one is held
+            # back at chunk ends, so only the long-run pace predicts the next end.
+            elapsed = time.perf_counter() - start
+            rate = elapsed / len(samples)
+            # 1: the duration is reached; 2: the sample cap is.
+            capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
+            decision[0] = 2.0 if capped else float(elapsed + size * rate >= duration_s)
+            # Negated: the MAX of the reduction is then the shortest chunk asked for.
+            decision[1] = -float(self._chunk_size(chunk_s, rate))
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
                                       async_op=True)
 
