@@ -143,7 +143,9 @@ def test_a_duration_run_on_a_path_that_leaves_rank_0_idle_lasts_its_duration(
     result.assert_outcomes(passed=1)
     (r,) = _records(out)
     timed = sum(r["samples"])
-    assert 1.8 <= timed <= 2.4, timed  # the slowest rank's time per iteration, summed
+    # The slowest rank's time per iteration, summed: the duration, give or take a chunk (and a
+    # loaded machine's scheduling: five ranks share two cores here).
+    assert 1.8 <= timed <= 3.0, timed
     rate = r["figures"]["messages_per_iteration"] * len(r["samples"]) / timed
     assert rate < 1e6, rate  # a round trip per message over loopback: far below 1e6/s
     lines = re.findall(r"Rate: ([0-9.]+)msg/s", result.stdout.str())
