@@ -15,6 +15,7 @@ import pytest
 from . import collection, gating, outputs
 from . import settings as settings_module
 from .harness.launcher.lean import RANK_LOCAL_ATTR
+from .harness.local import limits
 from .harness.outcome import RankLocal
 from .harness.session import SESSION_KEY
 from .harness.wire import RANK_FIXTURES
@@ -29,6 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--distbench", action="store_true", default=False,
                     help="run distbench benchmarks (without it they are skipped)")
     outputs.add_options(group)
+    limits.add_options(group)
     settings_module.add_options(parser)
 
 
@@ -50,7 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from .harness.launcher import plugin as launcher_plugin
 
     launch = launcher_plugin.configure(config)  # None in local mode
-    settings_module.resolve(config)  # a bad option stops the run here, naming the option
+    resolved = settings_module.resolve(config)  # a bad option stops the run here, naming it
+    if launch is None:
+        limits.check_request(config, resolved)  # a world too large for this machine, too
     reports = launch is None or launch.rank == 0  # in launcher mode rank 0 alone reports
     gating.configure(config, launch, reports)
     if reports:
@@ -60,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if launch is None:
         from .harness.local.session import LocalSession
 
-        session: Any = LocalSession()
+        session: Any = LocalSession(force=limits.forced(config))
         session.interrupt_on_sigterm()
     else:
         session = launcher_plugin.start(config, launch, _gate_and_report)
@@ -102,10 +106,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    distbench = config.stash.get(SESSION_KEY, None)
+    if distbench is None or distbench.external:
+        return []
+    return _announce_oversubscription(distbench, settings_module.resolve(config).world_size)
+
+
+def _announce_oversubscription(distbench: Any, world_sizes: Any) -> list[str]:
+    """The warning line, once per session, unless an earlier one named as many ranks."""
+    facts = limits.oversubscription(world_sizes)
+    if facts is None or facts["ranks"] <= distbench.ranks_announced:
+        return []
+    distbench.ranks_announced = facts["ranks"]
+    return [limits.oversubscription_line(facts)]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Before any rank starts: the RPC pitfall checks, printed, and their fixes for the ranks."""
+    """Before any rank starts: the sizes markers chose checked against the machine; the RPC
+    pitfall checks, printed, and their fixes for the ranks."""
     distbench = session.config.stash.get(SESSION_KEY, None)
-    if distbench is None or not any(collection.uses_rpc(item) for item in session.items):
+    if distbench is None:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if not distbench.external:
+        from .harness import xdist
+
+        if not xdist.is_worker(session.config):  # a worker's worlds are checked as they start
+            limits.check_items(session.config, session.items)
+        sizes = [item.callspec.params.get(collection.WORLD_SIZE_ARG) for item in session.items
+                 if collection.is_distbench(item) and hasattr(item, "callspec")]
+        for line in _announce_oversubscription(distbench, sizes):
+            if reporter is not None:
+                reporter.write_line(line, yellow=True)
+    if not any(collection.uses_rpc(item) for item in session.items):
         return
     import torch
 
@@ -115,7 +149,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                  sizes=settings_module.resolve(session.config).tensor_size)
     distbench.rpc_checks = checks
     distbench.rank_env.update(pitfalls.rank_env(checks))
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         for check in checks:
             reporter.write_line(f"distbench rpc check {check.line()}",

@@ -58,6 +58,20 @@ def parse_count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+# Durations reach select(), poll(), Event.wait() and sleep(), whose C types overflow long before
+# a finite 1e300 s does (poll's timeout is milliseconds in a C int: 24.8 days). A week is past
+# any benchmark's need and leaves room for the sums the harness makes of them.
+MAX_DURATION_S = 7 * 24 * 3600.0
+
+
+def parse_bounded_duration(text: str) -> float:
+    """A duration (units.parse_duration) of at most MAX_DURATION_S, for duration settings."""
+    seconds = units.parse_duration(text)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"invalid duration {text!r}: at most 7 days ({MAX_DURATION_S:g} s)")
+    return seconds
+
+
 BINDINGS = ("auto", "core", "pack", "none")
 
 
@@ -111,7 +125,7 @@ CORE_SETTINGS = (
             "fewest timed iterations when calibrating"),
     Setting("max_iterations", "--distbench-max-iterations", "10000", parse_count(1),
             "most timed iterations when calibrating"),
-    Setting("budget", "--distbench-budget", "1s", units.parse_duration,
+    Setting("budget", "--distbench-budget", "1s", parse_bounded_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
     Setting("bind", "--distbench-bind", "auto", _bind,
             "auto: pack for CPU worlds in A/B mode, else core; core: pin rank r's main "
@@ -119,7 +133,7 @@ CORE_SETTINGS = (
             "pack: every thread of every rank on the first usable CPU (no cross-CPU "
             "wake-ups; steadiest on small VMs, see docs/gating.md); none: leave placement "
             "to the scheduler"),
-    Setting("timeout", "--distbench-timeout", "300s", units.parse_duration,
+    Setting("timeout", "--distbench-timeout", "300s", parse_bounded_duration,
             "per-test timeout: a rank that has not answered by then is reported as hung"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
             "smallest slowdown that counts as a regression, e.g. 5%"),

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from pytest_distbench.harness.launcher.agreement import first_difference
 from pytest_distbench.harness.launcher.detect import (
     DEFAULT_PORT,
+    MAX_WORLD_SIZE,
     SLURM_PORT_BASE,
+    SLURM_PORT_SPAN,
     LaunchError,
     detect,
     expand_hostlist,
@@ -139,3 +141,88 @@ def test_failures_are_tagged_and_the_first_comes_first():
         "rank 0 failed after rank 1 did")
     assert "[rank 0] RuntimeError: Connection closed by peer" in text
     assert "ranks [1] closed their process group" in text
+
+
+# -- absurd values (issue 19, item 10) ---------------------------------------------------------
+
+BASE = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
+SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NODELIST": "n1"}
+
+
+@pytest.mark.parametrize("env, message", [
+    ({**BASE, "WORLD_SIZE": str(10**30)}, f"WORLD_SIZE=1{'0' * 30} is above {MAX_WORLD_SIZE}"),
+    ({**BASE, "WORLD_SIZE": "3000000"}, f"WORLD_SIZE=3000000 is above {MAX_WORLD_SIZE}"),
+    ({**BASE, "WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='999"),
+    ({**BASE, "RANK": "1_0", "WORLD_SIZE": "20"}, "RANK='1_0' is not an integer"),
+    ({**BASE, "RANK": "\u0661"}, "RANK='\u0661' is not an integer"),  # Arabic-Indic one
+    ({**BASE, "WORLD_SIZE": "\uff12"}, "WORLD_SIZE='\uff12' is not an integer"),  # fullwidth 2
+    ({**BASE, "LOCAL_RANK": "+1"}, "LOCAL_RANK='\\+1' is not an integer"),
+    ({**BASE, "MASTER_PORT": "2_9400"}, "MASTER_PORT='2_9400' is not an integer"),
+    ({**BASE, "MASTER_ADDR": ""}, "MASTER_ADDR is empty"),
+    ({**BASE, "MASTER_ADDR": "  "}, "MASTER_ADDR is empty"),
+    ({**BASE, "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+     "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"),
+    ({**SLURM, "SLURM_JOB_ID": "\u00b2"}, "SLURM_JOB_ID='\u00b2' is not an integer"),
+    ({**SLURM, "SLURM_JOB_ID": "12a"}, "SLURM_JOB_ID='12a' is not an integer"),
+    ({**SLURM, "MASTER_ADDR": ""}, "MASTER_ADDR is empty"),
+    ({**SLURM, "SLURM_NODELIST": "n[\u0661-\u0663]"}, "bad range"),
+    ({**SLURM, "SLURM_NODELIST": "n[1-" + "9" * 5000 + "]"}, "bad range"),
+    ({**SLURM, "SLURM_NODELIST": "n[1-999999999]"}, "more than"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "MASTER_ADDR": ""},
+     "MASTER_ADDR is empty"),
+])
+def test_absurd_values_name_the_variable(env, message):
+    with pytest.raises(LaunchError, match=message):
+        detect(env)
+
+
+def test_leading_and_trailing_blanks_and_zeros_still_read():
+    launch = detect({**BASE, "RANK": " 01 ", "WORLD_SIZE": "0002\n"})
+    assert (launch.rank, launch.world_size) == (1, 2)
+    assert detect({**SLURM, "SLURM_JOB_ID": "41"}).master_port == SLURM_PORT_BASE + 41
+
+
+VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT",
+             "MASTER_ADDR")
+# Digits of every script, signs, underscores, blanks and exponents: what int() and
+# str.isdigit() accept that a launcher never writes.
+texts = st.one_of(st.text(max_size=12), st.text(alphabet="0123456789_+- \u00b2\u0661\uff12e",
+                                                max_size=12), st.integers(-10, 10**40).map(str))
+
+
+def _bounded(launch) -> bool:
+    return (0 <= launch.rank < launch.world_size <= MAX_WORLD_SIZE
+            and 0 <= launch.local_rank < MAX_WORLD_SIZE
+            and (launch.local_world_size is None
+                 or launch.local_rank < launch.local_world_size <= MAX_WORLD_SIZE)
+            and 1 <= launch.master_port <= 65535 and launch.master_addr.strip() != "")
+
+
+@given(name=st.sampled_from(VARIABLES), text=texts)
+def test_any_torchrun_variable_reads_bounded_or_raises_launch_error(name, text):
+    env = {**BASE, "WORLD_SIZE": "65536", name: text}
+    try:
+        launch = detect(env)
+    except LaunchError:
+        return
+    assert _bounded(launch)
+
+
+@given(name=st.sampled_from(("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
+                             "SLURM_NODELIST")), text=texts)
+def test_any_slurm_variable_reads_bounded_or_raises_launch_error(name, text):
+    try:
+        launch = detect({**SLURM, name: text})
+    except LaunchError:
+        return
+    assert _bounded(launch)
+    assert SLURM_PORT_BASE <= launch.master_port < SLURM_PORT_BASE + SLURM_PORT_SPAN
+
+
+@pytest.mark.parametrize("nodelist, message", [
+    (" , ", "names no host"),
+    ("r[1-9999]n[1-9999]", "more than"),
+])
+def test_host_lists_that_name_no_host_or_too_many(nodelist, message):
+    with pytest.raises(LaunchError, match=message):
+        detect({**SLURM, "SLURM_NODELIST": nodelist})

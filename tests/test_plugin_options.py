@@ -26,14 +26,23 @@ def test_plain():
         ("--tensor-size=12QB", "--tensor-size: invalid size '12QB'"),
         ("--distbench-timeout=-1s", "--distbench-timeout:"),
         ("--distbench-dtype=float7", "--distbench-dtype: unknown dtype 'float7'"),
+        # Finite but past what select(), poll() and sleep() take: every world failed with an
+        # OverflowError before.
+        ("--distbench-timeout=1e300", "--distbench-timeout: invalid duration '1e300': at most "
+         "7 days"),
+        ("--distbench-budget=1e300", "--distbench-budget: invalid duration '1e300': at most "),
+        ("--distbench-duration=1e300", "--distbench-duration: invalid duration '1e300': at most "),
+        ("--distbench-report-every=200h", "--distbench-report-every: invalid duration '200h': "
+         "at most "),
     ],
 )
 def test_bad_option_is_a_usage_error_naming_it(pytester, option, message):
     pytester.makepyfile(BENCH)
-    result = pytester.runpytest_subprocess("--distbench", option)
+    result = pytester.runpytest_subprocess("--distbench", option, timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}*"])
-    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    output = result.stderr.str() + result.stdout.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output
 
 
 def test_bad_ini_value_names_the_ini_key(pytester):
@@ -135,3 +144,30 @@ def test_unavailable_backend_skips_with_reason(pytester, leak_tag):
     out = result.stdout.str()
     assert "backend nccl needs CUDA: no GPU is visible" in out or "needs one GPU per rank" in out
     assert "backend mpi is not built into this torch" in out
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"WORLD_SIZE": str(10**30)}, "WORLD_SIZE=1000000000000000000000000000000 is above 65536"),
+    ({"WORLD_SIZE": "3000000"}, "WORLD_SIZE=3000000 is above 65536"),
+    ({"RANK": "1_0", "WORLD_SIZE": "20"}, "RANK='1_0' is not an integer"),
+    ({"RANK": "\u0661"}, "RANK=*is not an integer"),
+    ({"MASTER_ADDR": ""}, "MASTER_ADDR is empty"),
+    ({"RANK": None, "WORLD_SIZE": None, "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
+      "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": "\u00b2"}, "SLURM_JOB_ID=*not an integer"),
+])
+def test_absurd_launcher_variable_is_a_usage_error_naming_it(pytester, monkeypatch, leak_tag,
+                                                             env, message):
+    """Before: an INTERNALERROR (OverflowError in listen, ValueError), a hang waiting for a rank
+    10 that is rank 1_0, or a store at an empty address."""
+    launched = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "1", **env}
+    for name, value in launched.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest_subprocess("--distbench", timeout=60)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --distbench-launcher=auto: *{message}*"])
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from ..results import units
-from ..settings import Setting, parse_count
+from ..settings import Setting, parse_bounded_duration, parse_count
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 
 def _optional_duration(text: str) -> float | None:
-    return None if text.strip().lower() in ("", "off", "none") else units.parse_duration(text)
+    return None if text.strip().lower() in ("", "off", "none") else parse_bounded_duration(text)
 
 
 def _report_every(text: str) -> float | str | None:

@@ -28,6 +28,13 @@ import pytest
 DEFAULT_PORT = 29500
 SLURM_PORT_BASE = 20000  # SLURM: DEFAULT is offset by the job id so two jobs on a node differ
 SLURM_PORT_SPAN = 20000
+# The most ranks a world may have: far beyond any job we know of, and small enough that every
+# count a launcher hands over fits what the store and the sockets take (a world size of 10**30
+# overflowed in listen()).
+MAX_WORLD_SIZE = 65536
+# SLURM job ids are 32-bit; the job id only shifts the store's default port.
+MAX_SLURM_JOB_ID = 2**32
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class LaunchError(ValueError):
@@ -51,30 +58,66 @@ class LaunchEnv:
                 f"{self.local_rank}), store {self.master_addr}:{self.master_port}")
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+def _int(env: Mapping[str, str], name: str, minimum: int = 0, maximum: int = MAX_WORLD_SIZE,
+         too_large: str = "") -> int:
+    """`name`'s value: ASCII digits, minimum <= value <= maximum; too_large says why not more."""
     text = env.get(name)
     if text is None:
         raise LaunchError(f"{name} is not set")
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise LaunchError(f"{name}={text!r} is not an integer") from None
+    # Plain ASCII digits only: int() also takes "1_0", "+1" and digits of every script
+    # (and str.isdigit() "²", which int() then refuses); a launcher writes none of them.
+    digits = text.strip()
+    if _DIGITS.fullmatch(digits) is None:
+        raise LaunchError(f"{name}={text!r} is not an integer (decimal digits 0-9)")
+    too_large = too_large or f"is above {maximum}"
+    if len(digits.lstrip("0")) > len(str(maximum)):  # before int(): it refuses 4300+ digits
+        raise LaunchError(f"{name}={_clip(digits)} {too_large}")
+    value = int(digits)
     if value < minimum:
         raise LaunchError(f"{name}={text!r} must be >= {minimum}")
+    if value > maximum:
+        raise LaunchError(f"{name}={value} {too_large}")
     return value
 
 
-def _optional_int(env: Mapping[str, str], name: str) -> int | None:
-    return _int(env, name) if name in env else None
+def _clip(digits: str) -> str:
+    return digits if len(digits) <= 40 else f"{digits[:20]!r}... ({len(digits)} digits)"
+
+
+def _optional_int(env: Mapping[str, str], name: str, maximum: int = MAX_WORLD_SIZE) -> int | None:
+    return _int(env, name, maximum=maximum) if name in env else None
+
+
+def _world(env: Mapping[str, str], rank_name: str, size_name: str) -> tuple[int, int]:
+    """The rank and the world size, each within bounds, the rank below the size."""
+    world_size = _int(env, size_name, 1, too_large=f"is above {MAX_WORLD_SIZE}, the most ranks "
+                      "a world may have")
+    rank = _int(env, rank_name, maximum=MAX_WORLD_SIZE - 1)
+    _check(rank, world_size, rank_name, size_name)
+    return rank, world_size
 
 
 def _port(env: Mapping[str, str], default: int) -> int:
     if "MASTER_PORT" not in env:
         return default
-    port = _int(env, "MASTER_PORT", 1)
-    if port > 65535:
-        raise LaunchError(f"MASTER_PORT={port} is not a TCP port")
-    return port
+    return _int(env, "MASTER_PORT", 1, maximum=65535, too_large="is not a TCP port (1-65535)")
+
+
+def _address(env: Mapping[str, str]) -> str:
+    """MASTER_ADDR, which must name a host: an empty one makes every rank wait on nothing."""
+    address = env["MASTER_ADDR"].strip()
+    if not address:
+        raise LaunchError("MASTER_ADDR is empty: set it to the host of rank 0")
+    return address
+
+
+def _local(env: Mapping[str, str], rank_name: str, size_name: str) -> tuple[int, int | None]:
+    """The local rank (0 when not set) and the local world size, if the launcher says it."""
+    size = _int(env, size_name, 1) if size_name in env else None
+    rank = _optional_int(env, rank_name, maximum=MAX_WORLD_SIZE - 1) or 0
+    if size is not None:
+        _check(rank, size, rank_name, size_name)
+    return rank, size
 
 
 def _check(rank: int, world_size: int, rank_name: str, size_name: str) -> None:
@@ -102,12 +145,15 @@ def _expand_range(body: str, where: str) -> list[str]:
     values = []
     for piece in body.split(","):
         piece = piece.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", piece)
+        match = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", piece)
         if not match:
             raise LaunchError(f"cannot read host list {where!r}: bad range {piece!r}")
         start, end = match.group(1), match.group(2) or match.group(1)
         if int(end) < int(start):
             raise LaunchError(f"cannot read host list {where!r}: range {piece!r} runs backwards")
+        if int(end) - int(start) >= MAX_WORLD_SIZE:
+            raise LaunchError(f"cannot read host list {where!r}: range {piece!r} names more "
+                              f"than {MAX_WORLD_SIZE} hosts")
         width = len(start)  # node[01-10] keeps its zero padding
         values.extend(str(n).zfill(width) for n in range(int(start), int(end) + 1))
     return values
@@ -125,6 +171,9 @@ def expand_hostlist(text: str) -> list[str]:
             if not literal and body == "":
                 continue
             suffixes = _expand_range(body, text) if body else [""]
+            if len(names) * len(suffixes) > MAX_WORLD_SIZE:
+                raise LaunchError(f"cannot read host list {text!r}: it names more than "
+                                  f"{MAX_WORLD_SIZE} hosts")
             names = [n + literal + s for n in names for s in suffixes]
         if entry.count("[") != entry.count("]"):
             raise LaunchError(f"cannot read host list {text!r}: unbalanced brackets")
@@ -132,10 +181,17 @@ def expand_hostlist(text: str) -> list[str]:
     return hosts
 
 
+def _first_host(env: Mapping[str, str], name: str) -> str:
+    hosts = expand_hostlist(env[name])
+    if not hosts or not hosts[0]:
+        raise LaunchError(f"{name}={env[name]!r} names no host")
+    return hosts[0]
+
+
 def _master_for_mpi(env: Mapping[str, str], local_size: int | None, world_size: int,
                     launcher: str) -> str:
     if "MASTER_ADDR" in env:
-        return env["MASTER_ADDR"]
+        return _address(env)
     if local_size is not None and local_size == world_size:
         return "127.0.0.1"  # every rank on this host
     raise LaunchError(
@@ -144,21 +200,20 @@ def _master_for_mpi(env: Mapping[str, str], local_size: int | None, world_size: 
 
 
 def _torchrun(env: Mapping[str, str]) -> LaunchEnv:
-    world_size = _int(env, "WORLD_SIZE", 1)
-    rank = _int(env, "RANK")
-    _check(rank, world_size, "RANK", "WORLD_SIZE")
+    rank, world_size = _world(env, "RANK", "WORLD_SIZE")
     if "MASTER_ADDR" not in env:
         raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR is not")
     if "MASTER_PORT" not in env:
         raise LaunchError("RANK and WORLD_SIZE are set but MASTER_PORT is not")
     torchrun = "TORCHELASTIC_RUN_ID" in env
+    local_rank, local_size = _local(env, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
     return LaunchEnv(
         launcher="torchrun" if torchrun else "env",
         rank=rank,
         world_size=world_size,
-        local_rank=_optional_int(env, "LOCAL_RANK") or 0,
-        local_world_size=_optional_int(env, "LOCAL_WORLD_SIZE"),
-        master_addr=env["MASTER_ADDR"],
+        local_rank=local_rank,
+        local_world_size=local_size,
+        master_addr=_address(env),
         master_port=_port(env, DEFAULT_PORT),
         agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
         run_id=f"{env.get('TORCHELASTIC_RUN_ID', 'env')}."
@@ -180,15 +235,13 @@ def _mpich(env: Mapping[str, str]) -> LaunchEnv:
 def _mpi(env: Mapping[str, str], launcher: str, who: str, rank_var: str, size_var: str,
          local_rank_var: str, local_size_var: str, *, run_id: str) -> LaunchEnv:
     """An MPI launcher's process: the same fields, under each implementation's names."""
-    world_size = _int(env, size_var, 1)
-    rank = _int(env, rank_var)
-    _check(rank, world_size, rank_var, size_var)
-    local_size = _optional_int(env, local_size_var)
+    rank, world_size = _world(env, rank_var, size_var)
+    local_rank, local_size = _local(env, local_rank_var, local_size_var)
     return LaunchEnv(
         launcher=launcher,
         rank=rank,
         world_size=world_size,
-        local_rank=_optional_int(env, local_rank_var) or 0,
+        local_rank=local_rank,
         local_world_size=local_size,
         master_addr=_master_for_mpi(env, local_size, world_size, who),
         master_port=_port(env, DEFAULT_PORT),
@@ -199,26 +252,25 @@ def _mpi(env: Mapping[str, str], launcher: str, who: str, rank_var: str, size_va
 
 def _slurm(env: Mapping[str, str]) -> LaunchEnv:
     size_name = "SLURM_NTASKS" if "SLURM_NTASKS" in env else "SLURM_NPROCS"
-    world_size = _int(env, size_name, 1)
-    rank = _int(env, "SLURM_PROCID")
-    _check(rank, world_size, "SLURM_PROCID", size_name)
+    rank, world_size = _world(env, "SLURM_PROCID", size_name)
     if "MASTER_ADDR" in env:
-        master = env["MASTER_ADDR"]
+        master = _address(env)
     else:
         for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
             if env.get(name):
-                master = expand_hostlist(env[name])[0]
+                master = _first_host(env, name)
                 break
         else:
             raise LaunchError("SLURM_PROCID is set but neither SLURM_STEP_NODELIST, "
                               "SLURM_JOB_NODELIST, SLURM_NODELIST nor MASTER_ADDR is")
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "0"
-    default_port = SLURM_PORT_BASE + (int(job) % SLURM_PORT_SPAN if job.isdigit() else 0)
+    job_name = next((n for n in ("SLURM_JOB_ID", "SLURM_JOBID") if env.get(n)), None)
+    job = _int(env, job_name, maximum=MAX_SLURM_JOB_ID) if job_name else 0
+    default_port = SLURM_PORT_BASE + job % SLURM_PORT_SPAN
     return LaunchEnv(
         launcher="slurm",
         rank=rank,
         world_size=world_size,
-        local_rank=_optional_int(env, "SLURM_LOCALID") or 0,
+        local_rank=_optional_int(env, "SLURM_LOCALID", maximum=MAX_WORLD_SIZE - 1) or 0,
         local_world_size=None,
         master_addr=master,
         master_port=_port(env, default_port),
@@ -256,8 +308,8 @@ def resolve(config: pytest.Config, mode: str) -> LaunchEnv | None:
         launch = detect()
     except LaunchError as exc:
         raise pytest.UsageError(
-            f"--distbench-launcher={mode}: the launcher environment is incomplete: {exc} "
-            "(pass --distbench-launcher=local to ignore it)") from None
+            f"--distbench-launcher={mode}: the launcher environment is incomplete or garbled: "
+            f"{exc} (pass --distbench-launcher=local to ignore it)") from None
     if launch is None:
         if mode == "env":
             raise pytest.UsageError(

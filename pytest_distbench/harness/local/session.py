@@ -17,6 +17,7 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
+from .limits import FORCE_HINT, oversubscription, start_problem
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
@@ -25,9 +26,11 @@ START_TIMEOUT_S = 120.0
 
 
 class LocalSession(Session):
-    def __init__(self) -> None:
+    def __init__(self, force: bool = False) -> None:
         super().__init__()
         self._sigterm: Any = None
+        self.force = force  # --distbench-force: start worlds that look too large for the machine
+        self.ranks_announced = 0  # the most ranks an oversubscription warning has named
         self.worlds: dict[WorldKey, World] = {}
         # A/B mode: the multiprocessing context per variant whose ranks come from another
         # forkserver (harness/ab/); a key's variant not here uses the default forkserver.
@@ -46,6 +49,10 @@ class LocalSession(Session):
         if world is not None:
             world.kill()
         self._make_room(key.world_size)
+        # Measured after _make_room: what the stopped worlds held is free again.
+        problem = None if self.force else start_problem(key.world_size)
+        if problem:
+            raise WorldStartError(f"{problem}; {FORCE_HINT}")
         store = self._rendezvous_store()
         self._worlds_started += 1
         world = World(
@@ -122,8 +129,12 @@ class LocalSession(Session):
             self._capture_dir = None
 
     def environment_facts(self) -> dict[str, Any]:
-        return {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
-                **self.extra_facts}
+        facts = {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
+                 **self.extra_facts}
+        over = oversubscription(record["world_size"] for record in self.records)
+        if over:
+            facts["oversubscribed"] = over
+        return facts
 
     # -- tests --------------------------------------------------------------------------------
 
