@@ -56,6 +56,20 @@ def report_figures(item: pytest.Function, records: list[dict[str, Any]],
         item.stash[HEADLINE_KEY] = text
 
 
+def after_test(item: pytest.Function, records: list[dict[str, Any]], resolved: Any) -> None:
+    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression."""
+    from .collection import requested_sizes
+
+    requested = requested_sizes(item)
+    if requested:
+        for record in records:
+            record["requested_nbytes"] = requested
+    verdicts, failures = gating.judge(item, records, resolved.threshold)
+    report_figures(item, records, verdicts)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
 def headline_of(item: pytest.Item) -> str | None:
     return item.stash.get(HEADLINE_KEY, None)
 

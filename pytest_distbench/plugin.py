@@ -67,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session: Any = LocalSession(force=limits.forced(config))
         session.interrupt_on_sigterm()
     else:
-        session = launcher_plugin.start(config, launch, _gate_and_report)
+        session = launcher_plugin.start(config, launch, outputs.after_test)
     # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
     if launch is None and not xdist.is_controller(config):
@@ -110,16 +110,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     distbench = config.stash.get(SESSION_KEY, None)
     if distbench is None or distbench.external:
         return []
-    return _announce_oversubscription(distbench, settings_module.resolve(config).world_size)
-
-
-def _announce_oversubscription(distbench: Any, world_sizes: Any) -> list[str]:
-    """The warning line, once per session, unless an earlier one named as many ranks."""
-    facts = limits.oversubscription(world_sizes)
-    if facts is None or facts["ranks"] <= distbench.ranks_announced:
-        return []
-    distbench.ranks_announced = facts["ranks"]
-    return [limits.oversubscription_line(facts)]
+    return distbench.announce_oversubscription(settings_module.resolve(config).world_size)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -136,7 +127,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             limits.check_items(session.config, session.items)
         sizes = [item.callspec.params.get(collection.WORLD_SIZE_ARG) for item in session.items
                  if collection.is_distbench(item) and hasattr(item, "callspec")]
-        for line in _announce_oversubscription(distbench, sizes):
+        for line in distbench.announce_oversubscription(sizes):
             if reporter is not None:
                 reporter.write_line(line, yellow=True)
     if not any(collection.uses_rpc(item) for item in session.items):
@@ -198,21 +189,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     records = session.run_item(pyfuncitem, resolved, key,
                                fresh_world_after=collection.uses_rpc(pyfuncitem))
     if records:  # launcher mode: rank 0 has gated its records already, the others keep none
-        _gate_and_report(pyfuncitem, records, resolved)
+        outputs.after_test(pyfuncitem, records, resolved)
     return True
-
-
-def _gate_and_report(item: pytest.Function, records: list[dict[str, Any]],
-                     resolved: settings_module.Settings) -> None:
-    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression."""
-    requested = collection.requested_sizes(item)
-    if requested:
-        for record in records:
-            record["requested_nbytes"] = requested
-    verdicts, failures = gating.judge(item, records, resolved.threshold)
-    outputs.report_figures(item, records, verdicts)
-    if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

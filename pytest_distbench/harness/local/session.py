@@ -97,6 +97,17 @@ class LocalSession(Session):
             self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
         return self._capture_dir
 
+    def announce_oversubscription(self, world_sizes: Any) -> list[str]:
+        """The warning line when ranks outnumber cores, once per session, unless an earlier
+        one named as many ranks."""
+        from .limits import oversubscription, oversubscription_line
+
+        facts = oversubscription(world_sizes)
+        if facts is None or facts["ranks"] <= self.ranks_announced:
+            return []
+        self.ranks_announced = facts["ranks"]
+        return [oversubscription_line(facts)]
+
     def interrupt_on_sigterm(self) -> None:
         """SIGTERM (a CI runner's cancel, `timeout`, `kill`) ends the session as Ctrl-C does:
         pytest's interruption, then the same teardown (worlds, rank logs, the forkserver's
