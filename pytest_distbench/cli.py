@@ -16,7 +16,6 @@ from typing import Any, NoReturn
 
 from pytest_distbench.results.report import FORMATS, render
 from pytest_distbench.results.storage import ResultsFileError, read_document
-from pytest_distbench.results.units import parse_fraction
 from pytest_distbench.results.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
@@ -24,6 +23,7 @@ from pytest_distbench.results.verdict import (
     compare_documents,
     speed_difference,
 )
+from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -311,7 +311,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     import torch
 
-    from .results import pitfalls
+    from .harness import pitfalls
 
     checks = pitfalls.run_checks(gpu_visible=torch.cuda.device_count() > 0,
                                  sizes=settings_module.resolve(session.config).tensor_size)

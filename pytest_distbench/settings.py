@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .results import units
+from . import units
 
 BACKENDS = ("gloo", "nccl", "mpi")
 DTYPES = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ..results import units
+from .. import units
 from ..settings import Setting, parse_count
 
 _TRUE = ("1", "true", "yes", "on")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import units
+from .. import units
 from .plot_spec import Group, Panel, PlotSpec, Record, group_records, lookup, significant, specs
 from .ratio import ratio_interval
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_distbench.results import units
+from pytest_distbench import units
 from pytest_distbench.settings import Setting
 
 SETTINGS = (

@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ...results import units
+from ... import units
 
 _ALIGN = "right"
 

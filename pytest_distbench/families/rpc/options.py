@@ -8,7 +8,7 @@ on a small machine; the results table prints the values used.
 
 from __future__ import annotations
 
-from ...results import units
+from ... import units
 from ...settings import Setting
 
 _TRUE = ("true", "yes", "1", "on", "t", "y")
