@@ -142,7 +142,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if mode is None or not mode.outcomes:
         return
     from .harness.ab import ROUND_STATISTIC
-    from .results.ab_report import render_ab
+    from .results.rendering.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")
     terminalreporter.line(render_ab(mode.outcomes, mode.description,

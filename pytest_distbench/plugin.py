@@ -75,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _configure_baselines(config)
         _configure_reports(config)
     from .harness.world import warm_up_forkserver
-    from .results.environment import cpu_probe
+    from .results.document.environment import cpu_probe
 
     session = DistbenchSession() if launch is None else launcher_plugin.start(
         config, launch, _check_gate)
@@ -90,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure_baselines(config: pytest.Config) -> None:
     """Check baseline options before any rank starts: a bad one must not cost a whole run."""
-    from .results import storage
+    from .results import document as storage
 
     baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
     save = config.getoption("distbench_save")
@@ -108,8 +108,8 @@ def _configure_baselines(config: pytest.Config) -> None:
         config.stash[SAVE_PATH_KEY] = path
     compare = config.getoption("distbench_compare")
     if compare:
-        from .results.environment import controller_environment
-        from .results.gate import Gate
+        from .results.comparison.gate import Gate
+        from .results.document.environment import controller_environment
 
         gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
         differences = gate.environment_differences(controller_environment())
@@ -128,7 +128,7 @@ def _configure_baselines(config: pytest.Config) -> None:
 def _configure_reports(config: pytest.Config) -> None:
     """Refuse a plot request without matplotlib now, not after an hour of benchmarks."""
     if config.getoption("distbench_plot"):
-        from .results.plot import MISSING_MATPLOTLIB, matplotlib_available
+        from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
         if not matplotlib_available():
             raise pytest.UsageError(f"--distbench-plot: {MISSING_MATPLOTLIB}")
@@ -393,8 +393,8 @@ def _check_gate(item: pytest.Function, records: list[dict[str, Any]],
 def _report_figures(item: pytest.Function, records: list[dict[str, Any]],
                     verdicts: dict[str, Any]) -> None:
     """JUnit properties of the test, and the figures its `-v` line ends with."""
-    from .results.junit import properties
-    from .results.plot_spec import headline
+    from .results.rendering.junit import properties
+    from .results.rendering.plot_spec import headline
 
     item.user_properties.extend(properties(records, verdicts))
     text = headline(records)
@@ -426,7 +426,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     tr = terminalreporter
     if session.records:
-        from .results.table import LEGEND, render_tables
+        from .results.rendering.table import LEGEND, render_tables
 
         tr.section("distbench results")
         tr.line(LEGEND)
@@ -437,7 +437,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         tr.line("")
         tr.line(f"worlds started: {starts}")
     if session.comparison is not None:
-        from .results.report import render
+        from .results.rendering.report import render
 
         tr.section("distbench comparison")
         tr.line(render(session.comparison, "table").rstrip("\n"))
@@ -459,8 +459,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if not distbench.records:
         return
-    from .results import storage
-    from .results.environment import controller_environment, cpu_probe, merge_rank_facts
+    from .results import document as storage
+    from .results.document.environment import controller_environment, cpu_probe, merge_rank_facts
 
     distbench.cpu_probes.append(cpu_probe())
     environment = controller_environment()
@@ -476,7 +476,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
     save_path = config.stash.get(SAVE_PATH_KEY, None)
     if save_path is not None and config.getoption("distbench_append"):
-        from .results.history import append_run
+        from .results.document.history import append_run
 
         distbench.notes.append(append_run(document, save_path))
     elif save_path is not None:
@@ -484,7 +484,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                what="baseline")
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
-        from .results.verdict import speed_difference
+        from .results.comparison.verdict import speed_difference
 
         threshold = settings_module.resolve(config).threshold
         distbench.comparison = gate.comparison(document, threshold)
@@ -502,7 +502,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _write_plots(distbench: DistbenchSession, document: dict[str, Any], out: Path,
                  baseline: dict[str, Any] | None) -> None:
-    from .results.plot import PlotUnavailable, plot_comparison, plot_document
+    from .results.rendering.plot import PlotUnavailable, plot_comparison, plot_document
 
     try:
         written = plot_document(document, out)
@@ -516,7 +516,8 @@ def _write_plots(distbench: DistbenchSession, document: dict[str, Any], out: Pat
 
 
 def _write_markdown(distbench: DistbenchSession, document: dict[str, Any], path: Path) -> None:
-    from .results import markdown, storage
+    from .results import document as storage
+    from .results.rendering import markdown
 
     text = markdown.render(storage.records(document).values(),
                            document["distbench"]["environment"], distbench.comparison)
@@ -530,7 +531,7 @@ def _write_markdown(distbench: DistbenchSession, document: dict[str, Any], path:
 
 def _write(distbench: DistbenchSession, document: dict[str, Any], path: Path, *,
            overwrite: bool, what: str) -> None:
-    from .results import storage
+    from .results import document as storage
 
     existed = path.exists()
     try:

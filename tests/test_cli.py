@@ -15,7 +15,7 @@ import pytest
 from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import cli
-from pytest_distbench.results.storage import make_document, write_document
+from pytest_distbench.results.document import make_document, write_document
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,19 +16,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
-from pytest_distbench.results import storage
-from pytest_distbench.results.report import FORMATS, render
-from pytest_distbench.results.storage import (
+from pytest_distbench.results.comparison.verdict import compare_documents
+from pytest_distbench.results.document import (
     SCHEMA_VERSION,
     ResultsFileError,
     ResultsFileExistsError,
+    io,
     make_document,
     read_document,
     records,
     resolve_baseline,
     write_document,
 )
-from pytest_distbench.results.verdict import compare_documents
+from pytest_distbench.results.rendering.report import FORMATS, render
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -178,8 +178,8 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path, monkeypatch, overwri
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(storage.os, "replace", broken)
-    monkeypatch.setattr(storage.os, "link", broken)
+    monkeypatch.setattr(io.os, "replace", broken)
+    monkeypatch.setattr(io.os, "link", broken)
     if not overwrite:
         path.unlink()
     with pytest.raises(ResultsFileError, match="No space left"):

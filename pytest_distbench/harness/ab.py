@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ..results import paired, stats
+from ..results.statistics import paired, stats
 from ..settings import Settings
 from .session import DistbenchSession, _raise_for_problems, _task_for, build_records
 from .variants import InterpreterFacts, VariantServer

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ..results import stats
 from ..results.derived import completed_figures
+from ..results.statistics import stats
 from ..settings import Settings
 from . import options
 from .live import LivePrinter

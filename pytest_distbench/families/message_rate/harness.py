@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ...results.derived import register_figures
-from ...results.table import register_style
+from ...results.rendering.table import register_style
 from ..p2p import tables
 from ..p2p.harness import Endpoint, make_endpoint, measure_messages
 from ..p2p.rates import record_rates, rounds_per_iteration

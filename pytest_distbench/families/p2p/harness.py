@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from ...results.derived import register_figures
-from ...results.table import register_style
+from ...results.rendering.table import register_style
 from ..transports import make_transport
 from ..transports.base import Route, Transport
 from . import tables

@@ -13,7 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import units
-from ...results.table import register_style
+from ...results.rendering.table import register_style
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_distbench.results.table import register_style
+from pytest_distbench.results.rendering.table import register_style
 
 from . import plan
 

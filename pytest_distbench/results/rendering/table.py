@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import units
+from ... import units
 from .plot_spec import significant
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement

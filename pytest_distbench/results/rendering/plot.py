@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import units
+from ... import units
+from ..statistics.ratio import ratio_interval
 from .plot_spec import Group, Panel, PlotSpec, Record, group_records, lookup, significant, specs
-from .ratio import ratio_interval
 
 MISSING_MATPLOTLIB = (
     "plots need matplotlib, which is not installed: pip install \"pytest-distbench[plot]\" "
@@ -351,7 +351,7 @@ class RatioRow:
 def comparison_rows(baseline: dict[str, Any], current: dict[str, Any],
                     comparison: Any) -> list[RatioRow]:
     """Per judged benchmark: current/baseline p50 with its 95 % interval, and the verdict."""
-    from .storage import records
+    from ..document.schema import records
 
     base, cur = records(baseline), records(current)
     rows = []

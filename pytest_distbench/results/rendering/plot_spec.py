@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .stats import percentile
+from ..statistics.stats import percentile
 
 Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]

@@ -1,0 +1,254 @@
+"""What a results document must be: every field the verdict, report and plot code reads.
+
+A document that passes validate_document can be compared and rendered without further defensive
+code; each problem is one SchemaError naming the field. The schema is documented in
+docs/results-schema.md; bump SCHEMA_VERSION only for changes an older reader would misread.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .normalize import MAX_INT
+
+SCHEMA_VERSION = 1
+
+SUMMARY_KEYS = ("n", "min", "p50", "p75", "p90", "p95", "p99", "max", "mean", "stddev", "iqr")
+
+# Far deeper than anything we write, far shallower than what makes json/recursion blow up.
+MAX_DEPTH = 64
+
+
+class SchemaError(Exception):
+    """One field of a document that does not fit the schema ("" for the document itself)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def records(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The benchmark records of a (validated) document, keyed by id, in file order."""
+    return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]}
+
+
+_NOT_OURS = "not a pytest-distbench results file"
+
+
+def validate_document(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise SchemaError("", f"{_NOT_OURS} (top level is {_json_type(doc)}, expected an object)")
+    meta = doc.get("distbench")
+    if meta is None:
+        if "benchmarks" in doc and "machine_info" in doc:
+            raise SchemaError(
+                "", f'{_NOT_OURS} (a plain pytest-benchmark file: no "distbench" section)'
+            )
+        raise SchemaError("", f'{_NOT_OURS} (no "distbench" section)')
+    if not isinstance(meta, dict):
+        raise SchemaError("distbench", f"expected an object, got {_json_type(meta)}")
+
+    version = meta.get("schema_version")
+    if not _is_int(version) or version < 1:
+        raise SchemaError(
+            "distbench.schema_version", f"expected an integer >= 1, got {_short(version)}"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            "distbench.schema_version",
+            f"schema version {version} is newer than this pytest-distbench reads "
+            f"(up to {SCHEMA_VERSION}); upgrade pytest-distbench",
+        )
+    _check_depth(doc)
+    _expect(meta, "environment", dict, "distbench", "an object")
+    _expect(meta, "created", str, "distbench", "a string")
+    command_line = _expect(meta, "command_line", list, "distbench", "a list of strings")
+    if not all(isinstance(arg, str) for arg in command_line):
+        raise SchemaError("distbench.command_line", "expected a list of strings")
+
+    benchmarks = _expect(doc, "benchmarks", list, "", "a list")
+    seen: dict[str, int] = {}
+    for index, bench in enumerate(benchmarks):
+        where = f"benchmarks[{index}]"
+        if not isinstance(bench, dict):
+            raise SchemaError(where, f"expected an object, got {_json_type(bench)}")
+        record = _expect(bench, "distbench", dict, where, "an object")
+        validate_record(record, f"{where}.distbench")
+        if record["id"] in seen:
+            raise SchemaError(
+                f"{where}.distbench.id",
+                f"duplicate id {_short(record['id'])} (also benchmarks[{seen[record['id']]}])",
+            )
+        seen[record["id"]] = index
+
+
+def validate_record(record: dict[str, Any], where: str) -> None:
+    for key in ("id", "name", "family", "backend", "device"):
+        value = _expect(record, key, str, where, "a string")
+        if not value:
+            raise SchemaError(f"{where}.{key}", "expected a non-empty string")
+    _int_field(record, "world_size", where, minimum=1, nullable=False)
+    for key in ("params", "figures"):
+        if key in record and not isinstance(record[key], dict):
+            raise SchemaError(f"{where}.{key}",
+                              f"expected an object, got {_json_type(record[key])}")
+    for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
+        _int_field(record, key, where, minimum=0, nullable=True)
+    if record.get("dtype") is not None and not isinstance(record["dtype"], str):
+        raise SchemaError(f"{where}.dtype", "expected a string or null")
+    for key in ("busbw_factor", "algbw_gbps", "busbw_gbps", "skew", "threshold"):
+        value = record.get(key)
+        if value is not None and not (is_number(value) and value >= 0):
+            raise SchemaError(
+                f"{where}.{key}", f"expected a non-negative number or null, got {_short(value)}"
+            )
+
+    samples = record.get("samples")
+    if not _is_time_list(samples) or not samples:
+        raise SchemaError(
+            f"{where}.samples", "expected a non-empty list of numbers (seconds, finite, >= 0)"
+        )
+
+    rank_samples = record.get("rank_samples", [])
+    if not isinstance(rank_samples, list):
+        raise SchemaError(f"{where}.rank_samples",
+                          "expected a list with one list of samples per rank")
+    if len(rank_samples) > record["world_size"]:
+        raise SchemaError(
+            f"{where}.rank_samples",
+            f"{len(rank_samples)} ranks of samples for world_size {record['world_size']}",
+        )
+    for rank, values in enumerate(rank_samples):
+        if not _is_time_list(values):
+            raise SchemaError(
+                f"{where}.rank_samples[{rank}]",
+                "expected a list of numbers (seconds, finite, >= 0)",
+            )
+        if len(values) != len(samples):
+            raise SchemaError(
+                f"{where}.rank_samples[{rank}]",
+                f"has {len(values)} samples, samples has {len(samples)} (ragged rank_samples)",
+            )
+
+    _validate_run_extras(record, where)
+
+    summary = _expect(record, "summary", dict, where, "an object")
+    for key in SUMMARY_KEYS:
+        if key not in summary:
+            raise SchemaError(f"{where}.summary", f"missing {key!r}")
+        if not (is_number(summary[key]) and summary[key] >= 0):
+            raise SchemaError(
+                f"{where}.summary.{key}",
+                f"expected a non-negative finite number, got {_short(summary[key])}",
+            )
+    if summary["n"] != len(samples):
+        raise SchemaError(
+            f"{where}.summary.n",
+            f"{_short(summary['n'])} does not match the {len(samples)} samples",
+        )
+
+
+def _validate_run_extras(record: dict[str, Any], where: str) -> None:
+    """duration_s, peak_rss_bytes, pressure, live_reports (all optional)."""
+    duration = record.get("duration_s")
+    if duration is not None and not (is_number(duration) and duration > 0):
+        raise SchemaError(f"{where}.duration_s",
+                       f"expected a positive number of seconds or null, got {_short(duration)}")
+    peaks = record.get("peak_rss_bytes")
+    if peaks is not None:
+        if not isinstance(peaks, list) or len(peaks) != record["world_size"]:
+            raise SchemaError(f"{where}.peak_rss_bytes",
+                           f"expected a list of {record['world_size']} byte counts (one per "
+                           f"rank) or null, got {_short(peaks)}")
+        for rank, value in enumerate(peaks):
+            if not (_is_int(value) and 0 <= value <= MAX_INT):
+                raise SchemaError(f"{where}.peak_rss_bytes[{rank}]",
+                               f"expected an integer >= 0, got {_short(value)}")
+    pressure = record.get("pressure")
+    if pressure is not None and not isinstance(pressure, dict):
+        raise SchemaError(f"{where}.pressure", f"expected an object or null, got "
+                       f"{_json_type(pressure)}")
+    reports = record.get("live_reports")
+    if reports is None:
+        return
+    if not isinstance(reports, list):
+        raise SchemaError(f"{where}.live_reports", f"expected a list, got {_json_type(reports)}")
+    for i, report in enumerate(reports):
+        ok = isinstance(report, dict) and all(
+            is_number(report.get(key)) and report[key] >= 0 for key in ("time_s", "iterations"))
+        if not ok:
+            raise SchemaError(f"{where}.live_reports[{i}]",
+                           "expected an object with time_s and iterations (numbers >= 0)")
+
+
+def _expect(obj: dict[str, Any], key: str, kind: type, where: str, what: str) -> Any:
+    field = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise SchemaError(field, f"missing (expected {what})")
+    value = obj[key]
+    if not isinstance(value, kind):
+        raise SchemaError(field, f"expected {what}, got {_json_type(value)}")
+    return value
+
+
+def _int_field(record: dict[str, Any], key: str, where: str, *, minimum: int, nullable: bool):
+    value = record.get(key)
+    if value is None and nullable:
+        return
+    if not _is_int(value) or not minimum <= value <= MAX_INT:
+        null = " or null" if nullable else ""
+        raise SchemaError(
+            f"{where}.{key}", f"expected an integer >= {minimum}{null}, got {_short(value)}"
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT
+    return math.isfinite(value)
+
+
+def _is_time_list(values: Any) -> bool:
+    return isinstance(values, list) and all(is_number(v) and v >= 0 for v in values)
+
+
+def _check_depth(doc: Any) -> None:
+    # Iterative, so a hostile file cannot turn the check itself into a RecursionError.
+    stack = [(doc, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise SchemaError("", f"{_NOT_OURS} (nested more than {MAX_DEPTH} levels deep)")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
