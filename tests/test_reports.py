@@ -112,7 +112,7 @@ def test_band_is_p5_to_p95_of_the_times_and_inverted_for_rates():
     time_low, time_high = plot_spec.Value("t", of_time=plot_spec.time_us).band(record)
     assert time_low == pytest.approx(percentile(ordered, 5) * 1e6)
     assert time_high == pytest.approx(percentile(ordered, 95) * 1e6)
-    from pytest_distbench.results.rendering.plot_specs import BUSBW
+    from pytest_distbench.families.collectives.family import BUSBW
 
     bw_low, bw_high = BUSBW.band(record)
     assert bw_low == pytest.approx((1 << 20) / percentile(ordered, 95) / 1e9)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..results.derived import completed_figures
+from ..registry import completed_figures
 from ..results.statistics import stats
 from ..settings import Settings
 from . import options

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_distbench import units
-from pytest_distbench.settings import Setting
+from pytest_distbench.registry import Setting
 
 SETTINGS = (
     Setting("window", "--distbench-window", "64",

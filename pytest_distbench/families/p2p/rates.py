@@ -107,7 +107,7 @@ def one_way_latency(samples: Sequence[float]) -> dict[str, float]:
 
 
 def record_rates(record: dict[str, Any]) -> dict[str, Any]:
-    """Derived figures of a p2p or message-rate record (registered in results.derived)."""
+    """Derived figures of a p2p or message-rate record (registered in family.py)."""
     figures = record.get("figures") or {}
     k = figures.get("messages_per_iteration")
     samples = record.get("samples") or []

@@ -9,7 +9,7 @@ on a small machine; the results table prints the values used.
 from __future__ import annotations
 
 from ... import units
-from ...settings import Setting
+from ...registry import Setting
 
 _TRUE = ("true", "yes", "1", "on", "t", "y")
 _FALSE = ("false", "no", "0", "off", "f", "n")
