@@ -77,7 +77,6 @@ def families() -> tuple[Family, ...]:
     return tuple(found)
 
 
-@cache
 def _by_record_family(kind: str) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     owner: dict[str, str] = {}
