@@ -156,3 +156,33 @@ def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monke
         assert plot_spec.spec_for(record).name == "zz_codec"
     finally:
         registry.families.cache_clear()
+
+
+def test_an_invalid_record_fails_its_test_and_keeps_the_others(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.distbench
+        def test_float_size(distbench):
+            distbench.measure(lambda: None, nbytes=4096 / 1, family="probe")
+
+        @pytest.mark.distbench
+        def test_negative_time(distbench):
+            distbench.record([1e-5, -1e-6, 2e-5], family="self_timed")
+
+        @pytest.mark.distbench
+        def test_good(distbench):
+            distbench.measure(lambda: None, nbytes=4096, family="probe")
+        """
+    )
+    out = pytester.path / "run.json"
+    result = distbench_run("--distbench", "--distbench-iterations=3", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1, failed=2)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([
+        "*test_float_size*nbytes: expected an integer >= 0 or null, got 4096.0*",
+        "*test_negative_time*samples: expected a non-empty list of numbers*",
+    ])
+    (record,) = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert record["name"].startswith("test_good") and record["nbytes"] == 4096

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ..registry import completed_figures
+from ..results.document.schema import check_record
 from ..results.statistics import stats
 from ..settings import Settings
 from . import options
@@ -355,4 +356,5 @@ def build_records(
             }
         )
         records[-1]["figures"] = completed_figures(records[-1])
+        check_record(records[-1])  # a bad record fails its own test, naming the field
     return records

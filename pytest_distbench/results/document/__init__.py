@@ -4,7 +4,7 @@ baseline's history of runs (history) and the environment it was measured in (env
 The names most callers need are importable from here.
 """
 
-from .build import make_document
+from .build import DroppedRecordWarning, make_document
 from .io import (
     ResultsFileError,
     ResultsFileExistsError,
@@ -12,12 +12,15 @@ from .io import (
     resolve_baseline,
     write_document,
 )
-from .schema import SCHEMA_VERSION, records
+from .schema import SCHEMA_VERSION, RecordError, check_record, records
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DroppedRecordWarning",
+    "RecordError",
     "ResultsFileError",
     "ResultsFileExistsError",
+    "check_record",
     "make_document",
     "read_document",
     "records",

@@ -8,12 +8,24 @@ can list our benchmarks; everything pytest-distbench itself relies on lives unde
 from __future__ import annotations
 
 import platform
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .normalize import json_safe, normalize_record
-from .schema import SCHEMA_VERSION, SchemaError, is_number, validate_document
+from .normalize import json_safe
+from .schema import (
+    SCHEMA_VERSION,
+    RecordError,
+    SchemaError,
+    is_number,
+    stored_record,
+    validate_document,
+)
+
+
+class DroppedRecordWarning(UserWarning):
+    """A record left out of a results document: it does not fit the schema (RecordError)."""
 
 
 def make_document(
@@ -26,15 +38,26 @@ def make_document(
     """Build the results document for a run.
 
     ``commit_info`` defaults to what pytest-benchmark itself records (git commit, branch,
-    dirty flag). Raises ValueError naming the field when a record does not fit the schema, so a
-    bad record is caught before it becomes a file nobody can read back.
+    dirty flag). A record that does not fit the schema, or repeats an id, is left out with a
+    DroppedRecordWarning naming its test and field: one bad record must not cost the run every
+    other result (check_record, where records are made, normally fails its test long before).
     """
     created = datetime.now(timezone.utc).isoformat()
-    normalized = [normalize_record(record) for record in records]
+    kept: dict[str, dict[str, Any]] = {}
+    for record in records:
+        try:
+            stored = stored_record(record)
+            if stored["id"] in kept:
+                raise RecordError(stored["id"], "id", "duplicate id (measured twice in one run)")
+        except RecordError as exc:
+            warnings.warn(f"distbench: left out of the results: {exc}", DroppedRecordWarning,
+                          stacklevel=2)
+            continue
+        kept[stored["id"]] = stored
     doc: dict[str, Any] = {
         "machine_info": _machine_info(environment),
         "commit_info": commit_info if commit_info is not None else _default_commit_info(),
-        "benchmarks": [_benchmark_entry(record) for record in normalized],
+        "benchmarks": [_benchmark_entry(record) for record in kept.values()],
         "datetime": created,
         "version": _pytest_benchmark_version(),
         "distbench": {
@@ -46,7 +69,7 @@ def make_document(
     }
     try:
         validate_document(doc)
-    except SchemaError as exc:
+    except SchemaError as exc:  # every record passed: only a bug gets here
         raise ValueError(f"invalid results document: {exc.field}: {exc.message}") from None
     return doc
 

@@ -8,6 +8,7 @@ does not fit is left for validation (schema.py) to name with its field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 # Ints beyond this are certainly corrupt, and bounding them keeps later float arithmetic
@@ -28,12 +29,14 @@ def normalize_record(record: dict[str, Any]) -> dict[str, Any]:
     out = dict(record)
     for key in NULLABLE_RECORD_FIELDS:
         out.setdefault(key, None)
-    out["params"] = json_safe(dict(out.get("params") or {}))
-    out["figures"] = json_safe(dict(out.get("figures") or {}))
+    for key in ("params", "figures"):
+        value = out.get(key) or {}
+        out[key] = json_safe(dict(value)) if isinstance(value, Mapping) else value
     # Samples often arrive as numpy arrays or numpy scalars; the file holds plain floats.
     if "samples" in out:
         out["samples"] = _floats(out["samples"])
-    out["rank_samples"] = [_floats(rank) for rank in (out.get("rank_samples") or [])]
+    ranks = out.get("rank_samples") or []
+    out["rank_samples"] = [_floats(r) for r in ranks] if isinstance(ranks, (list, tuple)) else ranks
     if isinstance(out.get("summary"), dict):
         out["summary"] = {key: _plain_number(value) for key, value in out["summary"].items()}
     for key in ("busbw_factor", "algbw_gbps", "busbw_gbps", "skew", "threshold"):

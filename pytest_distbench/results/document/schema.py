@@ -1,16 +1,19 @@
 """What a results document must be: every field the verdict, report and plot code reads.
 
-A document that passes validate_document can be compared and rendered without further defensive
-code; each problem is one SchemaError naming the field. The schema is documented in
-docs/results-schema.md; bump SCHEMA_VERSION only for changes an older reader would misread.
+A document that passes validate_document can be compared, gated, appended to and rendered
+without further defensive code; each problem is one SchemaError naming the field. A record is
+checked the same way when it is made (check_record), so a bad one fails its own test instead of
+the end of the session. The schema is documented in docs/results-schema.md; bump SCHEMA_VERSION
+only for changes an older reader would misread.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
-from .normalize import MAX_INT
+from .normalize import MAX_INT, normalize_record
 
 SCHEMA_VERSION = 1
 
@@ -29,9 +32,43 @@ class SchemaError(Exception):
         self.message = message
 
 
+class RecordError(ValueError):
+    """A benchmark record that does not fit the schema; str() names its test and the field."""
+
+    def __init__(self, record_id: Any, field: str, message: str):
+        named = f" {record_id}" if record_id else ""
+        super().__init__(f"invalid benchmark record{named}: {field}: {message}")
+        self.id = record_id
+        self.field = field
+        self.message = message
+
+
 def records(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The benchmark records of a (validated) document, keyed by id, in file order."""
     return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]}
+
+
+def stored_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as a results file holds it (normalize_record), or RecordError naming the
+    field that does not fit the schema or cannot be stored as JSON."""
+    normal = normalize_record(record)
+    try:
+        _check_values(normal)
+        validate_record(normal, "")
+    except SchemaError as exc:
+        raise RecordError(record.get("id"), exc.field or "record", exc.message) from None
+    for key, value in normal.items():  # fields the schema does not know must still be JSON
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise RecordError(record.get("id"), key or repr(key),
+                              f"cannot be stored as JSON: {exc}") from None
+    return normal
+
+
+def check_record(record: dict[str, Any]) -> None:
+    """Raise RecordError naming the field if the record would not fit a results file."""
+    stored_record(record)
 
 
 _NOT_OURS = "not a pytest-distbench results file"
@@ -61,7 +98,7 @@ def validate_document(doc: Any) -> None:
             f"schema version {version} is newer than this pytest-distbench reads "
             f"(up to {SCHEMA_VERSION}); upgrade pytest-distbench",
         )
-    _check_depth(doc)
+    _check_values(doc)
     _expect(meta, "environment", dict, "distbench", "an object")
     _expect(meta, "created", str, "distbench", "a string")
     command_line = _expect(meta, "command_line", list, "distbench", "a list of strings")
@@ -85,67 +122,65 @@ def validate_document(doc: Any) -> None:
 
 
 def validate_record(record: dict[str, Any], where: str) -> None:
+    """One benchmark record; `where` is its path in the document ("" for a record alone)."""
     for key in ("id", "name", "family", "backend", "device"):
         value = _expect(record, key, str, where, "a string")
         if not value:
-            raise SchemaError(f"{where}.{key}", "expected a non-empty string")
+            raise SchemaError(_at(where, key), "expected a non-empty string")
     _int_field(record, "world_size", where, minimum=1, nullable=False)
     for key in ("params", "figures"):
         if key in record and not isinstance(record[key], dict):
-            raise SchemaError(f"{where}.{key}",
+            raise SchemaError(_at(where, key),
                               f"expected an object, got {_json_type(record[key])}")
     for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
         _int_field(record, key, where, minimum=0, nullable=True)
     if record.get("dtype") is not None and not isinstance(record["dtype"], str):
-        raise SchemaError(f"{where}.dtype", "expected a string or null")
+        raise SchemaError(_at(where, "dtype"), "expected a string or null")
     for key in ("busbw_factor", "algbw_gbps", "busbw_gbps", "skew", "threshold"):
         value = record.get(key)
         if value is not None and not (is_number(value) and value >= 0):
             raise SchemaError(
-                f"{where}.{key}", f"expected a non-negative number or null, got {_short(value)}"
+                _at(where, key), f"expected a non-negative number or null, got {_short(value)}"
             )
 
     samples = record.get("samples")
     if not _is_time_list(samples) or not samples:
         raise SchemaError(
-            f"{where}.samples", "expected a non-empty list of numbers (seconds, finite, >= 0)"
+            _at(where, "samples"), "expected a non-empty list of numbers (seconds, finite, >= 0)"
         )
 
     rank_samples = record.get("rank_samples", [])
     if not isinstance(rank_samples, list):
-        raise SchemaError(f"{where}.rank_samples",
+        raise SchemaError(_at(where, "rank_samples"),
                           "expected a list with one list of samples per rank")
     if len(rank_samples) > record["world_size"]:
         raise SchemaError(
-            f"{where}.rank_samples",
+            _at(where, "rank_samples"),
             f"{len(rank_samples)} ranks of samples for world_size {record['world_size']}",
         )
     for rank, values in enumerate(rank_samples):
+        field = f"{_at(where, 'rank_samples')}[{rank}]"
         if not _is_time_list(values):
-            raise SchemaError(
-                f"{where}.rank_samples[{rank}]",
-                "expected a list of numbers (seconds, finite, >= 0)",
-            )
+            raise SchemaError(field, "expected a list of numbers (seconds, finite, >= 0)")
         if len(values) != len(samples):
             raise SchemaError(
-                f"{where}.rank_samples[{rank}]",
-                f"has {len(values)} samples, samples has {len(samples)} (ragged rank_samples)",
-            )
+                field, f"has {len(values)} samples, samples has {len(samples)} (ragged "
+                "rank_samples)")
 
     _validate_run_extras(record, where)
 
     summary = _expect(record, "summary", dict, where, "an object")
     for key in SUMMARY_KEYS:
         if key not in summary:
-            raise SchemaError(f"{where}.summary", f"missing {key!r}")
+            raise SchemaError(_at(where, "summary"), f"missing {key!r}")
         if not (is_number(summary[key]) and summary[key] >= 0):
             raise SchemaError(
-                f"{where}.summary.{key}",
+                _at(where, f"summary.{key}"),
                 f"expected a non-negative finite number, got {_short(summary[key])}",
             )
     if summary["n"] != len(samples):
         raise SchemaError(
-            f"{where}.summary.n",
+            _at(where, "summary.n"),
             f"{_short(summary['n'])} does not match the {len(samples)} samples",
         )
 
@@ -154,37 +189,42 @@ def _validate_run_extras(record: dict[str, Any], where: str) -> None:
     """duration_s, peak_rss_bytes, pressure, live_reports (all optional)."""
     duration = record.get("duration_s")
     if duration is not None and not (is_number(duration) and duration > 0):
-        raise SchemaError(f"{where}.duration_s",
-                       f"expected a positive number of seconds or null, got {_short(duration)}")
+        raise SchemaError(_at(where, "duration_s"), "expected a positive number of seconds or "
+                          f"null, got {_short(duration)}")
     peaks = record.get("peak_rss_bytes")
     if peaks is not None:
         if not isinstance(peaks, list) or len(peaks) != record["world_size"]:
-            raise SchemaError(f"{where}.peak_rss_bytes",
-                           f"expected a list of {record['world_size']} byte counts (one per "
-                           f"rank) or null, got {_short(peaks)}")
+            raise SchemaError(_at(where, "peak_rss_bytes"),
+                              f"expected a list of {record['world_size']} byte counts (one per "
+                              f"rank) or null, got {_short(peaks)}")
         for rank, value in enumerate(peaks):
             if not (_is_int(value) and 0 <= value <= MAX_INT):
-                raise SchemaError(f"{where}.peak_rss_bytes[{rank}]",
-                               f"expected an integer >= 0, got {_short(value)}")
+                raise SchemaError(f"{_at(where, 'peak_rss_bytes')}[{rank}]",
+                                  f"expected an integer >= 0, got {_short(value)}")
     pressure = record.get("pressure")
     if pressure is not None and not isinstance(pressure, dict):
-        raise SchemaError(f"{where}.pressure", f"expected an object or null, got "
-                       f"{_json_type(pressure)}")
+        raise SchemaError(_at(where, "pressure"),
+                          f"expected an object or null, got {_json_type(pressure)}")
     reports = record.get("live_reports")
     if reports is None:
         return
     if not isinstance(reports, list):
-        raise SchemaError(f"{where}.live_reports", f"expected a list, got {_json_type(reports)}")
+        raise SchemaError(_at(where, "live_reports"),
+                          f"expected a list, got {_json_type(reports)}")
     for i, report in enumerate(reports):
         ok = isinstance(report, dict) and all(
             is_number(report.get(key)) and report[key] >= 0 for key in ("time_s", "iterations"))
         if not ok:
-            raise SchemaError(f"{where}.live_reports[{i}]",
-                           "expected an object with time_s and iterations (numbers >= 0)")
+            raise SchemaError(f"{_at(where, 'live_reports')}[{i}]",
+                              "expected an object with time_s and iterations (numbers >= 0)")
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _expect(obj: dict[str, Any], key: str, kind: type, where: str, what: str) -> Any:
-    field = f"{where}.{key}" if where else key
+    field = _at(where, key)
     if key not in obj:
         raise SchemaError(field, f"missing (expected {what})")
     value = obj[key]
@@ -200,7 +240,7 @@ def _int_field(record: dict[str, Any], key: str, where: str, *, minimum: int, nu
     if not _is_int(value) or not minimum <= value <= MAX_INT:
         null = " or null" if nullable else ""
         raise SchemaError(
-            f"{where}.{key}", f"expected an integer >= {minimum}{null}, got {_short(value)}"
+            _at(where, key), f"expected an integer >= {minimum}{null}, got {_short(value)}"
         )
 
 
@@ -220,17 +260,35 @@ def _is_time_list(values: Any) -> bool:
     return isinstance(values, list) and all(is_number(v) and v >= 0 for v in values)
 
 
-def _check_depth(doc: Any) -> None:
-    # Iterative, so a hostile file cannot turn the check itself into a RecursionError.
-    stack = [(doc, 0)]
+def _check_values(doc: dict[str, Any]) -> None:
+    """Nesting depth and the size of every integer, anywhere: a huge integer in any field
+    would make later float arithmetic (medians, ratios, captions) raise OverflowError.
+
+    Iterative, so a hostile file cannot turn the check itself into a RecursionError; a path is
+    spelled out only for the value found wrong."""
+    stack: list[tuple[Any, int, Any]] = [(doc, 0, None)]
     while stack:
-        value, depth = stack.pop()
+        value, depth, where = stack.pop()
         if depth > MAX_DEPTH:
             raise SchemaError("", f"{_NOT_OURS} (nested more than {MAX_DEPTH} levels deep)")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+        if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
+            raise SchemaError(_path(where), "keys must be strings (JSON object keys)")
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1, (where, key)))
+            elif _is_int(item) and abs(item) > MAX_INT:
+                raise SchemaError(_path((where, key)),
+                                  f"integer {_short(item)} is out of range (beyond 2**63 - 1)")
+
+
+def _path(where: Any) -> str:
+    parts: list[str] = []
+    while where is not None:
+        where, key = where
+        # A hostile key must not break the one-line error it is named in.
+        parts.append(f"[{key}]" if isinstance(key, int) else
+                     f".{key}" if key.isprintable() else f".{key!r}")
+    return "".join(reversed(parts)).lstrip(".")
 
 
 def _short(value: Any) -> str:
