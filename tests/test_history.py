@@ -55,7 +55,7 @@ def test_a_damaged_history_names_the_field(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(document.ResultsFileError, match=r"distbench\.history\[0\]\.p50_s"):
-        history.history_of(document.read_document(path), path)
+        document.read_document(path)  # refused when read, before any consumer sees it
     note = history.append_run(run_document(1.0), path)
     assert "could not append" in note and "history[0]" in note
 
@@ -96,3 +96,4 @@ def test_compare_documents_uses_the_history_when_it_has_three_runs():
     single = verdict.compare_documents(run_document(1.0), slow, threshold=0.1).verdicts[0]
     assert single.z is None and "unknown" in single.noise
     assert single.detectable is not None and math.isfinite(single.detectable)
+

@@ -18,6 +18,7 @@ from .normalize import MAX_INT, normalize_record
 SCHEMA_VERSION = 1
 
 SUMMARY_KEYS = ("n", "min", "p50", "p75", "p90", "p95", "p99", "max", "mean", "stddev", "iqr")
+HISTORY_KEY = "history"
 
 # Far deeper than anything we write, far shallower than what makes json/recursion blow up.
 MAX_DEPTH = 64
@@ -99,11 +100,14 @@ def validate_document(doc: Any) -> None:
             f"(up to {SCHEMA_VERSION}); upgrade pytest-distbench",
         )
     _check_values(doc)
-    _expect(meta, "environment", dict, "distbench", "an object")
+    environment = _expect(meta, "environment", dict, "distbench", "an object")
+    _validate_environment(environment, "distbench.environment")
     _expect(meta, "created", str, "distbench", "a string")
     command_line = _expect(meta, "command_line", list, "distbench", "a list of strings")
     if not all(isinstance(arg, str) for arg in command_line):
         raise SchemaError("distbench.command_line", "expected a list of strings")
+    if HISTORY_KEY in meta:
+        _validate_history(meta[HISTORY_KEY], f"distbench.{HISTORY_KEY}")
 
     benchmarks = _expect(doc, "benchmarks", list, "", "a list")
     seen: dict[str, int] = {}
@@ -134,14 +138,21 @@ def validate_record(record: dict[str, Any], where: str) -> None:
                               f"expected an object, got {_json_type(record[key])}")
     for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
         _int_field(record, key, where, minimum=0, nullable=True)
-    if record.get("dtype") is not None and not isinstance(record["dtype"], str):
-        raise SchemaError(_at(where, "dtype"), "expected a string or null")
+    for key in ("dtype", "placement"):  # placement keys tables and comparisons: a string
+        if record.get(key) is not None and not isinstance(record[key], str):
+            raise SchemaError(_at(where, key), f"expected a string or null, got "
+                              f"{_json_type(record[key])}")
     for key in ("busbw_factor", "algbw_gbps", "busbw_gbps", "skew", "threshold"):
         value = record.get(key)
         if value is not None and not (is_number(value) and value >= 0):
             raise SchemaError(
                 _at(where, key), f"expected a non-negative number or null, got {_short(value)}"
             )
+    requested = record.get("requested_nbytes")
+    if requested is not None and not (isinstance(requested, list) and all(
+            _is_int(n) and n >= 0 for n in requested)):
+        raise SchemaError(_at(where, "requested_nbytes"),
+                          "expected a list of integers >= 0 (bytes) or null")
 
     samples = record.get("samples")
     if not _is_time_list(samples) or not samples:
@@ -217,6 +228,42 @@ def _validate_run_extras(record: dict[str, Any], where: str) -> None:
         if not ok:
             raise SchemaError(f"{_at(where, 'live_reports')}[{i}]",
                               "expected an object with time_s and iterations (numbers >= 0)")
+
+
+def _validate_environment(environment: dict[str, Any], where: str) -> None:
+    """Only what is read as more than text: plot captions and markdown list the GPUs, the
+    comparisons take the machine-speed probe's median."""
+    gpus = environment.get("gpus")
+    if gpus is not None and not isinstance(gpus, list):
+        raise SchemaError(_at(where, "gpus"), f"expected a list or null, got {_json_type(gpus)}")
+    _probe_field(environment, where)
+
+
+def _validate_history(history: Any, where: str) -> None:
+    """A baseline's earlier runs (document/history.py), read by the gate, compare and append."""
+    if not isinstance(history, list):
+        raise SchemaError(where, f"expected a list of earlier runs, got {_json_type(history)}")
+    for i, run in enumerate(history):
+        at = f"{where}[{i}]"
+        if not isinstance(run, dict):
+            raise SchemaError(at, f"expected an object (one earlier run), got {_json_type(run)}")
+        p50s = _expect(run, "p50_s", dict, at, "an object of benchmark id -> seconds")
+        for bid, value in p50s.items():
+            if not (is_number(value) and value >= 0):
+                raise SchemaError(_at(at, "p50_s"), f"{_short(bid)}: expected seconds >= 0, "
+                                  f"got {_short(value)}")
+        for key in ("created", "torch"):
+            if run.get(key) is not None and not isinstance(run[key], str):
+                raise SchemaError(_at(at, key), f"expected a string or null, got "
+                                  f"{_json_type(run[key])}")
+        _probe_field(run, at)
+
+
+def _probe_field(obj: dict[str, Any], where: str) -> None:
+    probes = obj.get("cpu_probe_s")
+    if probes is not None and not _is_time_list(probes):
+        raise SchemaError(_at(where, "cpu_probe_s"),
+                          "expected a list of seconds (numbers, finite, >= 0) or null")
 
 
 def _at(where: str, key: str) -> str:
