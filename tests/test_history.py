@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import statistics
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -97,3 +99,26 @@ def test_compare_documents_uses_the_history_when_it_has_three_runs():
     assert single.z is None and "unknown" in single.noise
     assert single.detectable is not None and math.isfinite(single.detectable)
 
+
+def _append_runs(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        note = history.append_run(run_document(1 + worker + i / 100), Path(path), keep=1000)
+        assert "appended this run" in note, note
+
+
+def test_concurrent_appends_keep_every_run(tmp_path):
+    path = tmp_path / "baselines" / "main.json"
+    workers, each = 4, 25
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_append_runs, args=(str(path), w, each))
+                 for w in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert [p.exitcode for p in processes] == [0] * workers
+    stored = sorted(next(iter(run.values())) for run in history.p50_runs(
+        document.read_document(path)))
+    expected = sorted(run_document(1 + w + i / 100)["benchmarks"][0]["distbench"]["summary"][
+        "p50"] for w in range(workers) for i in range(each))
+    assert stored == pytest.approx(expected, rel=1e-12)

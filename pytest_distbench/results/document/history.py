@@ -9,11 +9,19 @@ last KEEP runs in all.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .io import ResultsFileError, read_document, write_document
 from .schema import HISTORY_KEY, records
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: appends are not serialised there
+    fcntl = None  # type: ignore[assignment]
 
 KEEP = 10
 
@@ -52,9 +60,10 @@ def with_history(new: dict[str, Any], old: dict[str, Any] | None,
 def append_run(document: dict[str, Any], path: Path, keep: int = KEEP) -> str:
     """Add a run to the baseline at path (created if missing), atomically; a line saying so."""
     try:
-        old = read_document(path) if path.exists() else None
-        merged = with_history(document, old, keep)
-        write_document(merged, path, overwrite=True)
+        with _exclusive(path):
+            old = read_document(path) if path.exists() else None
+            merged = with_history(document, old, keep)
+            write_document(merged, path, overwrite=True)
     except ResultsFileError as exc:
         return f"distbench: could not append to baseline {path}: {exc}"
     except OSError as exc:
@@ -62,3 +71,20 @@ def append_run(document: dict[str, Any], path: Path, keep: int = KEEP) -> str:
     runs = len(merged["distbench"][HISTORY_KEY]) + 1
     return f"distbench: appended this run to baseline {path} ({runs} run(s) kept, at most {keep})"
 
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """One read-modify-write of the baseline at a time, across processes.
+
+    Sessions appending at once would each read the same old file and the last rename would
+    keep only its own run. The lock is on a sibling file (PATH.lock, left in place): the
+    baseline itself is replaced by a rename, so a lock on it would not stop the next writer."""
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
