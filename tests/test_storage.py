@@ -136,6 +136,8 @@ BAD_FIELDS = [
     ("nbytes", 1024.0, "nbytes"),  # measure(nbytes=x.numel() * x.element_size() / 1)
     ("world_size", 0, "world_size"),
     ("id", "", "id"),
+    ("placement", ["pack"], "placement"),
+    ("requested_nbytes", [4, "8"], "requested_nbytes"),
     ("peak_rss_bytes", [1, 2**64], "peak_rss_bytes"),
     ("figures", [1], "figures"),
     ("ab", {"ratio_high": float("inf")}, "ab"),  # a field the schema does not know: JSON still
