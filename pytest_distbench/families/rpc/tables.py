@@ -136,4 +136,3 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
             "batch size / agent latency, observer throughput = 1 / observer latency; "
             "the seed runs 10 episodes x 100 steps")
     return "\n".join([table, note] + [seed_block(r) for r in points])
-

@@ -105,4 +105,3 @@ def render_routes(rows: list[dict[str, Any]]) -> str:
                       + f"\n# torch {f.get('torch')}, network namespace: {f.get('network')}"
                       + "".join("\n" + n for n in notes))
     return "\n".join(blocks)
-

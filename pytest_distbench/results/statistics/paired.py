@@ -197,4 +197,3 @@ def judge_paired(
         rounds=len(ratios),
         threshold=threshold,
     )
-

@@ -57,4 +57,3 @@ def judge_history(stored_p50s: Sequence[float], current_p50: float, threshold: f
     else:
         kind = "unchanged"
     return HistoryVerdict(kind, change, z, math.expm1((t_alpha + t_power) * spread), len(logs))
-
