@@ -33,7 +33,10 @@ import textwrap
 import time
 from pathlib import Path
 
-from pytest_distbench.results import history, paired, storage, verdict
+from pytest_distbench.results import document as storage
+from pytest_distbench.results.comparison import verdict
+from pytest_distbench.results.document import history
+from pytest_distbench.results.statistics import paired
 
 BENCH = """
 import os, pytest, torch, torch.distributed as dist

@@ -22,7 +22,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from pytest_distbench.results import storage, verdict
+from pytest_distbench.results import document as storage
+from pytest_distbench.results.comparison import verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 

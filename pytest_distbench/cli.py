@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pytest_distbench.results.report import FORMATS, render
-from pytest_distbench.results.storage import ResultsFileError, read_document
-from pytest_distbench.results.units import parse_fraction
-from pytest_distbench.results.verdict import (
+from pytest_distbench.results.comparison.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
     METRICS,
     compare_documents,
     speed_difference,
 )
+from pytest_distbench.results.document.io import ResultsFileError, read_document
+from pytest_distbench.results.rendering.report import FORMATS, render
+from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -199,7 +199,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from pytest_distbench.results import plot
+    from pytest_distbench.results.rendering import plot
 
     if len(args.files) > 2:
         _error(f"plot takes one results file, or two to compare; got {len(args.files)}")

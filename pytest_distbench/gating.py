@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 AB_KEY = pytest.StashKey[Any]()
-GATE_KEY = pytest.StashKey[Any]()  # results.gate.Gate of --distbench-compare
+GATE_KEY = pytest.StashKey[Any]()  # results.comparison.gate.Gate of --distbench-compare
 SAVE_PATH_KEY = pytest.StashKey[Path]()
 WARNINGS_KEY = pytest.StashKey[list[str]]()
 MIN_ROUNDS = 2
@@ -142,7 +142,7 @@ def configure(config: pytest.Config, launch: Any, reports: bool) -> None:
 
 
 def _configure_stored(config: pytest.Config) -> None:
-    from .results import storage
+    from .results import document as storage
 
     baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
     save = config.getoption("distbench_save")
@@ -160,8 +160,8 @@ def _configure_stored(config: pytest.Config) -> None:
         config.stash[SAVE_PATH_KEY] = path
     compare = config.getoption("distbench_compare")
     if compare:
-        from .results.environment import controller_environment
-        from .results.gate import Gate
+        from .results.comparison.gate import Gate
+        from .results.document.environment import controller_environment
 
         gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
         differences = gate.environment_differences(controller_environment())
@@ -211,7 +211,7 @@ def store_run(config: pytest.Config, session: Any, document: dict[str, Any],
     if path is None:
         return
     if config.getoption("distbench_append"):
-        from .results.history import append_run
+        from .results.document.history import append_run
 
         try:
             session.notes.append(append_run(document, path))
@@ -229,7 +229,7 @@ def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
     gate = config.stash.get(GATE_KEY, None)
     if gate is None:
         return None
-    from .results.verdict import speed_difference
+    from .results.comparison.verdict import speed_difference
     from .settings import resolve
 
     session.comparison = gate.comparison(document, resolve(config).threshold)
@@ -278,7 +278,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if mode is None or not mode.outcomes:
         return
     from .harness.ab.mode import ROUND_STATISTIC
-    from .results.ab_report import render_ab
+    from .results.rendering.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")
     terminalreporter.line(render_ab(mode.outcomes, mode.description,

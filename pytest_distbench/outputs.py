@@ -36,7 +36,7 @@ def add_options(group: Any) -> None:
 def configure(config: pytest.Config) -> None:
     """Refuse a plot request without matplotlib now, not after an hour of benchmarks."""
     if config.getoption("distbench_plot"):
-        from .results.plot import MISSING_MATPLOTLIB, matplotlib_available
+        from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
         if not matplotlib_available():
             raise pytest.UsageError(f"--distbench-plot: {MISSING_MATPLOTLIB}")
@@ -47,8 +47,8 @@ def configure(config: pytest.Config) -> None:
 def report_figures(item: pytest.Function, records: list[dict[str, Any]],
                    verdicts: dict[str, Any]) -> None:
     """JUnit properties of the test, and the figures its `-v` line ends with."""
-    from .results.junit import properties
-    from .results.plot_spec import headline
+    from .results.rendering.junit import properties
+    from .results.rendering.plot_spec import headline
 
     item.user_properties.extend(properties(records, verdicts))
     text = headline(records)
@@ -78,8 +78,8 @@ def headline_of(item: pytest.Item) -> str | None:
 
 def finish(config: pytest.Config, distbench: Session) -> bool:
     """Build the document and write every requested output; False when one was not written."""
-    from .results import storage
-    from .results.environment import controller_environment, cpu_probe, merge_rank_facts
+    from .results import document as storage
+    from .results.document.environment import controller_environment, cpu_probe, merge_rank_facts
 
     distbench.cpu_probes.append(cpu_probe())
     environment = controller_environment()
@@ -106,7 +106,7 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
 
 def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None:
     if distbench.records:
-        from .results.table import LEGEND, render_tables
+        from .results.rendering.table import LEGEND, render_tables
 
         tr.section("distbench results")
         tr.line(LEGEND)
@@ -117,7 +117,7 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         tr.line("")
         tr.line(f"worlds started: {starts}")
     if distbench.comparison is not None:
-        from .results.report import render
+        from .results.rendering.report import render
 
         tr.section("distbench comparison")
         tr.line(render(distbench.comparison, "table").rstrip("\n"))
@@ -135,7 +135,7 @@ def _failed(distbench: Session, message: str) -> None:
 
 def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
                  baseline: dict[str, Any] | None) -> None:
-    from .results.plot import PlotUnavailable, plot_comparison, plot_document
+    from .results.rendering.plot import PlotUnavailable, plot_comparison, plot_document
 
     try:
         written = plot_document(document, out)
@@ -149,7 +149,8 @@ def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
 
 
 def _write_markdown(distbench: Session, document: dict[str, Any], path: Path) -> None:
-    from .results import markdown, storage
+    from .results import document as storage
+    from .results.rendering import markdown
 
     text = markdown.render(storage.records(document).values(),
                            document["distbench"]["environment"], distbench.comparison)
@@ -163,7 +164,7 @@ def _write_markdown(distbench: Session, document: dict[str, Any], path: Path) ->
 
 def _write(distbench: Session, document: dict[str, Any], path: Path, *,
            overwrite: bool, what: str) -> None:
-    from .results import storage
+    from .results import document as storage
 
     existed = path.exists()
     try:

@@ -59,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gating.configure(config, launch, reports)
     if reports:
         outputs.configure(config)
-    from .results.environment import cpu_probe
+    from .results.document.environment import cpu_probe
 
     if launch is None:
         from .harness.local.session import LocalSession
@@ -134,7 +134,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     import torch
 
-    from .results import pitfalls
+    from .harness import pitfalls
 
     checks = pitfalls.run_checks(gpu_visible=torch.cuda.device_count() > 0,
                                  sizes=settings_module.resolve(session.config).tensor_size)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, make_dataclass
-from functools import cache
+from collections.abc import Mapping
+from dataclasses import make_dataclass
 from typing import Any
 
 import pytest
 
-from .results import units
+from . import registry, units
+from .registry import Setting
+from .units import MAX_DURATION_S, parse_bounded_duration, parse_count
+
+__all__ = ["MAX_DURATION_S", "Setting", "parse_bounded_duration", "parse_count"]
 
 BACKENDS = ("gloo", "nccl", "mpi")
 DTYPES = {
@@ -43,35 +45,6 @@ def _dtype(text: str) -> str:
     return DTYPES[name]
 
 
-def parse_count(minimum: int) -> Callable[[str], int]:
-    """A parser of integers >= minimum, for settings that are counts."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError(f"invalid count {text!r}: expected an integer") from None
-        if value < minimum:
-            raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
-        return value
-
-    return parse
-
-
-# Durations reach select(), poll(), Event.wait() and sleep(), whose C types overflow long before
-# a finite 1e300 s does (poll's timeout is milliseconds in a C int: 24.8 days). A week is past
-# any benchmark's need and leaves room for the sums the harness makes of them.
-MAX_DURATION_S = 7 * 24 * 3600.0
-
-
-def parse_bounded_duration(text: str) -> float:
-    """A duration (units.parse_duration) of at most MAX_DURATION_S, for duration settings."""
-    seconds = units.parse_duration(text)
-    if seconds > MAX_DURATION_S:
-        raise ValueError(f"invalid duration {text!r}: at most 7 days ({MAX_DURATION_S:g} s)")
-    return seconds
-
-
 BINDINGS = ("auto", "core", "pack", "none")
 
 
@@ -84,25 +57,6 @@ def _bind(text: str) -> str:
 
 def _optional_count(text: str) -> int | None:
     return None if text.strip().lower() in ("", "auto") else parse_count(1)(text)
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str  # attribute of Settings and keyword of the marker
-    option: str  # command line flag
-    default: str
-    parse: Callable[[str], Any]
-    help: str
-    # A list setting that parametrizes every distbench test taking this argument (as
-    # --tensor-size does `nbytes`), unless the test parametrizes it itself.
-    param: str | None = None
-    param_id: Callable[[Any], str] = str
-    # A switch: the option may be given without a value (--distbench-touch-once).
-    flag: bool = False
-
-    @property
-    def ini(self) -> str:
-        return "distbench_" + self.name
 
 
 CORE_SETTINGS = (
@@ -138,25 +92,18 @@ CORE_SETTINGS = (
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
             "smallest slowdown that counts as a regression, e.g. 5%"),
 )
-# Each family that has options of its own keeps them in its own module as `SETTINGS`.
-FAMILY_OPTION_MODULES: tuple[str, ...] = (
-    "pytest_distbench.families.rpc.options",
-    "pytest_distbench.families.store.options",
-    "pytest_distbench.harness.options",  # duration, live reports, pressure
-    "pytest_distbench.families.p2p.options",
-)
 
 
-@cache
-def _family_settings() -> tuple[Setting, ...]:
-    found: list[Setting] = []
-    for name in FAMILY_OPTION_MODULES:
-        found.extend(importlib.import_module(name).SETTINGS)
-    return tuple(found)
+def _harness_options() -> Any:
+    # Lazy: harness/options.py builds its settings from this module's Setting and parse_count.
+    from .harness import options
+
+    return options
 
 
 def all_settings() -> tuple[Setting, ...]:
-    return CORE_SETTINGS + _family_settings()
+    """The core settings, the harness's own (duration, pressure), then each family's."""
+    return CORE_SETTINGS + _harness_options().SETTINGS + registry.family_settings()
 
 
 SETTINGS = all_settings()
@@ -259,11 +206,8 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             f"--distbench-min-iterations ({settings.min_iterations}) is larger than "
             f"--distbench-max-iterations ({settings.max_iterations})"
         )
-    for name in FAMILY_OPTION_MODULES:
-        # An option module may refuse combinations of its settings (check(settings)).
-        check = getattr(importlib.import_module(name), "check", None)
-        if check is not None:
-            check(settings)
+    for check in (_harness_options().check, *registry.setting_checks()):
+        check(settings)
     return settings
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from results_data import ENVIRONMENT
 
-from pytest_distbench.results.stats import summarize
+from pytest_distbench.results.statistics.stats import summarize
 
 SIZES = [4 << (2 * i) for i in range(13)]  # 4 B .. 64 MiB, x4
 
@@ -115,7 +115,7 @@ def every_family() -> list[dict[str, Any]]:
 
 
 def document(records: list[dict[str, Any]]) -> dict[str, Any]:
-    from pytest_distbench.results.storage import make_document
+    from pytest_distbench.results.document import make_document
 
     env = dict(ENVIRONMENT, world_sizes=sorted({r["world_size"] for r in records}))
     return make_document(records, env, ["pytest", "--distbench"], commit_info={"id": "x"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_distbench.results.stats import summarize
+from pytest_distbench.results.statistics.stats import summarize
 
 ENVIRONMENT = {
     "torch": "2.13.0+cpu",

@@ -15,7 +15,7 @@ import pytest
 from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import cli
-from pytest_distbench.results.storage import make_document, write_document
+from pytest_distbench.results.document import make_document, write_document
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,6 +63,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     foreign.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": []}))
     out["foreign"] = foreign
     out["missing"] = d / "does-not-exist.json"
+    # Valid JSON, then damaged in fields only later code reads (issue 19): refused when read.
+    doc = json.loads(out["base"].read_text())
+    doc["distbench"]["history"] = [{"p50_s": {"x": 10**400}}]
+    doc["benchmarks"][0]["distbench"]["placement"] = ["pack"]
+    out["overflow"] = d / "overflow.json"
+    out["overflow"].write_text(json.dumps(doc))
     return out
 
 
@@ -74,6 +80,7 @@ RUNS = {
     "missing": ["base", "missing"],
     "damaged": ["damaged", "cur"],
     "foreign": ["base", "foreign"],
+    "overflow": ["overflow", "cur"],
 }
 
 
@@ -178,6 +185,7 @@ def test_json_output_and_threshold_option(runs):
         ("missing", "does-not-exist.json", "no such file"),
         ("damaged", "damaged.json", "not valid JSON"),
         ("foreign", "foreign.json", "not a pytest-distbench results file"),
+        ("overflow", "overflow.json", "distbench.history[0].p50_s.x: integer"),
     ],
 )
 def test_bad_input_is_one_clear_line(runs, key, file, message):

@@ -23,11 +23,11 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.families.collectives import (
+from pytest_distbench.families.collectives import harness
+from pytest_distbench.families.collectives.members import (
     COLLECTIVES,
     Buffers,
     Collective,
-    harness,
     run_collective,
 )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_distbench.results.environment import (
+from pytest_distbench.results.document.environment import (
     cpu_idle,
     cpu_probe,
     merge_rank_facts,

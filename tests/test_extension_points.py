@@ -116,3 +116,73 @@ def test_unknown_suite_default_is_named(pytester, distbench_run):
     result = distbench_run("--distbench")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*unknown argument(s) tensor_sizes*"])
+
+
+def test_families_register_in_one_module_each_without_torch_or_pytest():
+    import subprocess
+    import sys
+
+    code = ("import sys; from pytest_distbench import registry; "
+            "print(','.join(f.name for f in registry.families())); "
+            "registry.table_style('x'); registry.completed_figures({'family': 'x'}); "
+            "assert not {'torch', 'pytest'} & set(sys.modules), 'a registration imported them'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["collectives,message_rate,p2p,rpc,store"]
+
+
+def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monkeypatch):
+    import pytest_distbench.families as families_package
+    from pytest_distbench import registry
+    from pytest_distbench.results.rendering import plot_spec, table
+
+    package = tmp_path / "zz_codec"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "family.py").write_text(
+        "from pytest_distbench.registry import Family\n"
+        "from pytest_distbench.results.rendering.plot_spec import default_spec\n"
+        "FAMILY = Family(name='zz_codec', tables={'zz_codec': lambda rows: 'codec table'},\n"
+        "                figures={'zz_codec': lambda record: {'ratio': 2}},\n"
+        "                plots=(default_spec('zz_codec'),))\n")
+    monkeypatch.setattr(families_package, "__path__", [*families_package.__path__, str(tmp_path)])
+    registry.families.cache_clear()
+    try:
+        record = {"family": "zz_codec", "backend": "gloo", "world_size": 2, "device": "cpu",
+                  "nbytes": 4, "id": "a", "name": "a", "figures": {"own": 1}}
+        assert "codec table" in table.render_tables([record])
+        assert registry.completed_figures(record) == {"own": 1, "ratio": 2}
+        assert plot_spec.spec_for(record).name == "zz_codec"
+    finally:
+        registry.families.cache_clear()
+
+
+def test_an_invalid_record_fails_its_test_and_keeps_the_others(pytester, distbench_run):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.distbench
+        def test_float_size(distbench):
+            distbench.measure(lambda: None, nbytes=4096 / 1, family="probe")
+
+        @pytest.mark.distbench
+        def test_negative_time(distbench):
+            distbench.record([1e-5, -1e-6, 2e-5], family="self_timed")
+
+        @pytest.mark.distbench
+        def test_good(distbench):
+            distbench.measure(lambda: None, nbytes=4096, family="probe")
+        """
+    )
+    out = pytester.path / "run.json"
+    result = distbench_run("--distbench", "--distbench-iterations=3", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1, failed=2)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([
+        "*test_float_size*nbytes: expected an integer >= 0 or null, got 4096.0*",
+        "*test_negative_time*samples: expected a non-empty list of numbers*",
+    ])
+    (record,) = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert record["name"].startswith("test_good") and record["nbytes"] == 4096

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import statistics
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
-from pytest_distbench.results import history, storage, verdict
+from pytest_distbench.results import document
+from pytest_distbench.results.comparison import verdict
+from pytest_distbench.results.document import history
+from pytest_distbench.results.statistics.runs import judge_history
 
 
 def run_document(scale: float) -> dict:
     samples = [0.001 * scale * (1 + 0.01 * (i % 7)) for i in range(40)]
-    return storage.make_document([benchmark_record(1024, samples)], ENVIRONMENT, ["pytest"])
+    return document.make_document([benchmark_record(1024, samples)], ENVIRONMENT, ["pytest"])
 
 
 @settings(max_examples=30, deadline=None)
@@ -37,7 +42,7 @@ def test_append_run_is_atomic_valid_and_stays_schema_1(tmp_path):
     for i in range(12):
         note = history.append_run(run_document(1 + i * 0.01), path)
     assert "10 run(s) kept" in note
-    doc = storage.read_document(path)  # validates
+    doc = document.read_document(path)  # validates
     assert doc["distbench"]["schema_version"] == 1
     assert len(doc["distbench"]["history"]) == 9
     assert not list(tmp_path.glob(".*.tmp"))
@@ -51,8 +56,8 @@ def test_a_damaged_history_names_the_field(tmp_path):
     doc["distbench"]["history"][0]["p50_s"] = {"x": "fast"}
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(storage.ResultsFileError, match=r"distbench\.history\[0\]\.p50_s"):
-        history.history_of(storage.read_document(path), path)
+    with pytest.raises(document.ResultsFileError, match=r"distbench\.history\[0\]\.p50_s"):
+        document.read_document(path)  # refused when read, before any consumer sees it
     note = history.append_run(run_document(1.0), path)
     assert "could not append" in note and "history[0]" in note
 
@@ -64,11 +69,11 @@ def test_history_verdict_is_scale_free_and_needs_the_threshold(stored, threshold
     # A 50 % change exactly at a 50 % threshold is a coin toss of rounding, not a property.
     assume(abs(math.log(1.5) - math.log1p(threshold)) > 1e-9)
     median = math.exp(statistics.median(math.log(s) for s in stored))  # the verdict's centre
-    v = history.judge_history(stored, median * (1 + threshold) * 0.999, threshold)
+    v = judge_history(stored, median * (1 + threshold) * 0.999, threshold)
     # Within the threshold of the stored centre is never a regression, however tight the spread.
     assert v.kind != "regression"
-    scaled = history.judge_history([s * 7 for s in stored], median * 7 * 1.5, threshold)
-    plain = history.judge_history(stored, median * 1.5, threshold)
+    scaled = judge_history([s * 7 for s in stored], median * 7 * 1.5, threshold)
+    plain = judge_history(stored, median * 1.5, threshold)
     assert scaled.kind == plain.kind
     assert scaled.detectable == pytest.approx(plain.detectable, rel=1e-6)
 
@@ -76,9 +81,9 @@ def test_history_verdict_is_scale_free_and_needs_the_threshold(stored, threshold
 def test_history_verdict_against_a_quiet_and_a_noisy_history():
     quiet = [1.00, 1.01, 0.99, 1.00, 1.02]
     noisy = [1.0, 1.4, 0.7, 1.2, 0.8]
-    assert history.judge_history(quiet, 1.25, 0.10).kind == "regression"
-    assert history.judge_history(noisy, 1.25, 0.10).kind == "unchanged"
-    assert history.judge_history(quiet, 1.0, 0.1).detectable < 0.10 < history.judge_history(
+    assert judge_history(quiet, 1.25, 0.10).kind == "regression"
+    assert judge_history(noisy, 1.25, 0.10).kind == "unchanged"
+    assert judge_history(quiet, 1.0, 0.1).detectable < 0.10 < judge_history(
         noisy, 1.0, 0.1).detectable
 
 
@@ -93,3 +98,27 @@ def test_compare_documents_uses_the_history_when_it_has_three_runs():
     single = verdict.compare_documents(run_document(1.0), slow, threshold=0.1).verdicts[0]
     assert single.z is None and "unknown" in single.noise
     assert single.detectable is not None and math.isfinite(single.detectable)
+
+
+def _append_runs(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        note = history.append_run(run_document(1 + worker + i / 100), Path(path), keep=1000)
+        assert "appended this run" in note, note
+
+
+def test_concurrent_appends_keep_every_run(tmp_path):
+    path = tmp_path / "baselines" / "main.json"
+    workers, each = 4, 25
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_append_runs, args=(str(path), w, each))
+                 for w in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert [p.exitcode for p in processes] == [0] * workers
+    stored = sorted(next(iter(run.values())) for run in history.p50_runs(
+        document.read_document(path)))
+    expected = sorted(run_document(1 + w + i / 100)["benchmarks"][0]["distbench"]["summary"][
+        "p50"] for w in range(workers) for i in range(each))
+    assert stored == pytest.approx(expected, rel=1e-12)

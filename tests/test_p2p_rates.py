@@ -18,7 +18,7 @@ from pytest_distbench.families.p2p.rates import (
     rounds_per_iteration,
     slot_count,
 )
-from pytest_distbench.results.units import parse_size, parse_size_list, size_id
+from pytest_distbench.units import parse_size, parse_size_list, size_id
 
 FAST = settings(max_examples=60, deadline=None)
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1000, "MB": 10**6}

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import wilcoxon
 
-from pytest_distbench.results import paired
+from pytest_distbench.results.statistics import paired
 
 times = st.floats(min_value=1e-6, max_value=10.0, allow_nan=False)
 round_pairs = st.lists(st.tuples(times, times), min_size=2, max_size=30)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from pytest_distbench.results import history, storage
+from pytest_distbench.results import document
+from pytest_distbench.results.document import history
 
 # A busy wait of 2 ms, made (1 + SLOW) times longer by an environment variable: a real
 # slowdown of the body. Each rank notes which variant it is (its environment, its pid, the
@@ -170,7 +171,7 @@ def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbe
     first = bench.path / "first.json"
     distbench_run("--distbench", f"--distbench-json={first}").assert_outcomes(passed=1)
     # Two earlier runs of the same benchmark, 2 % either side of the real one.
-    real = storage.read_document(first)
+    real = document.read_document(first)
     stored = None
     for factor in (1.02, 0.98, 1.0):
         run = copy.deepcopy(real)
@@ -178,7 +179,7 @@ def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbe
             bench_entry["distbench"]["summary"]["p50"] *= factor
         stored = history.with_history(run, stored)
     path = bench.path / "baselines" / "main.json"
-    storage.write_document(stored, path, overwrite=False)
+    document.write_document(stored, path, overwrite=False)
     learned = distbench_run("--distbench", "--distbench-compare=main")
     learned.stdout.fnmatch_lines([
         "*3 stored runs: verdicts judge each p50 against its learned run-to-run spread*",

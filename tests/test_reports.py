@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.results import junit, markdown, plot, plot_spec, table
-from pytest_distbench.results.ratio import ratio_interval
-from pytest_distbench.results.storage import write_document
-from pytest_distbench.results.verdict import compare_documents
+from pytest_distbench.results.comparison.verdict import compare_documents
+from pytest_distbench.results.document import write_document
+from pytest_distbench.results.rendering import junit, markdown, plot, plot_spec, table
+from pytest_distbench.results.statistics.ratio import ratio_interval
 
 matplotlib = pytest.importorskip("matplotlib")
 REPO = Path(__file__).resolve().parents[1]
@@ -107,12 +107,12 @@ def test_caption_names_torch_backend_cpu_and_world_sizes():
 def test_band_is_p5_to_p95_of_the_times_and_inverted_for_rates():
     record = plot_data.record("all_reduce", nbytes=1 << 20, seconds=1e-3, busbw_factor=1.0)
     ordered = sorted(record["samples"])
-    from pytest_distbench.results.stats import percentile
+    from pytest_distbench.results.statistics.stats import percentile
 
     time_low, time_high = plot_spec.Value("t", of_time=plot_spec.time_us).band(record)
     assert time_low == pytest.approx(percentile(ordered, 5) * 1e6)
     assert time_high == pytest.approx(percentile(ordered, 95) * 1e6)
-    from pytest_distbench.results.plot_specs import BUSBW
+    from pytest_distbench.families.collectives.family import BUSBW
 
     bw_low, bw_high = BUSBW.band(record)
     assert bw_low == pytest.approx((1 << 20) / percentile(ordered, 95) / 1e9)

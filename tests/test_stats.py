@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.results.stats import (
+from pytest_distbench.results.statistics.stats import (
     Summary,
     algbw_gbps,
     busbw_gbps,

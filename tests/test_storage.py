@@ -16,23 +16,36 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
-from pytest_distbench.results import storage
-from pytest_distbench.results.report import FORMATS, render
-from pytest_distbench.results.storage import (
+from pytest_distbench.results.comparison.verdict import compare_documents
+from pytest_distbench.results.document import (
     SCHEMA_VERSION,
+    DroppedRecordWarning,
+    RecordError,
     ResultsFileError,
     ResultsFileExistsError,
+    check_record,
+    io,
     make_document,
     read_document,
     records,
     resolve_baseline,
     write_document,
 )
-from pytest_distbench.results.verdict import compare_documents
+from pytest_distbench.results.rendering.report import FORMATS, render
 
 REPO = Path(__file__).resolve().parents[1]
 
 COMMIT = {"id": "abc123", "dirty": False, "branch": "main"}
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
 
 
 def make_record(size: int = 1 << 20, scale: float = 1.0, seed: int = 0, n: int = 40) -> dict:
@@ -116,24 +129,82 @@ def test_make_document_fills_nullable_fields():
     assert rec["skew"] is None and rec["threshold"] is None and rec["wrong"] is None
 
 
-@pytest.mark.parametrize(
-    ("field", "value", "message"),
-    [
-        ("samples", [], "benchmarks[0].distbench.samples"),
-        ("world_size", 0, "benchmarks[0].distbench.world_size"),
-        ("id", "", "benchmarks[0].distbench.id"),
-    ],
-)
-def test_make_document_rejects_bad_records(field, value, message):
+# A field, a value the schema refuses there, and the field the error must name.
+BAD_FIELDS = [
+    ("samples", [], "samples"),
+    ("samples", [1e-5, -1e-6, 2e-5], "samples"),  # distbench.record() of a negative time
+    ("nbytes", 1024.0, "nbytes"),  # measure(nbytes=x.numel() * x.element_size() / 1)
+    ("world_size", 0, "world_size"),
+    ("id", "", "id"),
+    ("placement", ["pack"], "placement"),
+    ("requested_nbytes", [4, "8"], "requested_nbytes"),
+    ("peak_rss_bytes", [1, 2**64], "peak_rss_bytes"),
+    ("figures", [1], "figures"),
+    ("ab", {"ratio_high": float("inf")}, "ab"),  # a field the schema does not know: JSON still
+]
+
+
+@pytest.mark.parametrize(("field", "value", "named"), BAD_FIELDS)
+def test_check_record_names_the_field(field, value, named):
     record = make_record()
+    check_record(record)
     record[field] = value
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        make_doc(record)
+    with pytest.raises(RecordError) as info:
+        check_record(record)
+    assert info.value.field.startswith(named)
+    assert f": {named}" in str(info.value) and (record["id"] or "record") in str(info.value)
 
 
-def test_make_document_rejects_duplicate_ids():
-    with pytest.raises(ValueError, match="duplicate id"):
-        make_doc(make_record(seed=1), make_record(seed=2))
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), size=st.integers(0, 2**40),
+       scale=st.floats(1e-9, 1e3), params=st.dictionaries(st.text(max_size=5), json_values))
+def test_records_as_the_harness_builds_them_pass(n, seed, size, scale, params):
+    record = make_record(size, scale, seed, n)
+    record["params"] = params
+    record["placement"] = "core"
+    check_record(record)
+    assert [b["distbench"]["id"] for b in make_doc(record)["benchmarks"]] == [record["id"]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(bad=st.sampled_from(BAD_FIELDS), position=st.integers(0, 2), seed=st.integers(0, 99))
+def test_one_bad_record_never_takes_the_others_down(bad, position, seed):
+    field, value, named = bad
+    good = [make_record(1 << k, seed=seed + k) for k in range(2)]
+    broken = make_record(1 << 9, seed=seed)
+    broken[field] = value
+    recs = good[:position] + [broken] + good[position:]
+    with pytest.warns(DroppedRecordWarning, match=f": {named}"):
+        doc = make_doc(*recs)
+    assert [b["distbench"]["id"] for b in doc["benchmarks"]] == [r["id"] for r in good]
+
+
+_ODD = st.sampled_from([float("nan"), object(), (1, 2), {1: 2}, {"k": {3: "v"}}, 2**70])
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(sorted(make_record())) | st.text(max_size=6)
+                               | st.integers(0, 3), json_values | _ODD, min_size=1, max_size=4))
+def test_check_record_refuses_anything_only_with_a_record_error(tmp_path, changes):
+    record = make_record(n=5)
+    record.update(changes)
+    try:
+        check_record(record)
+    except RecordError as exc:
+        assert exc.field
+        return
+    # What passes can be written and read back.
+    write_document(make_doc(record), tmp_path / "ok.json", overwrite=True)
+    assert len(read_document(tmp_path / "ok.json")["benchmarks"]) == 1
+
+
+def test_a_repeated_id_is_left_out_not_fatal():
+    first, second = make_record(seed=1), make_record(seed=2)
+    with pytest.warns(DroppedRecordWarning, match="duplicate id"):
+        doc = make_doc(first, second)
+    assert doc["benchmarks"][0]["distbench"]["samples"] == first["samples"]
+    assert len(doc["benchmarks"]) == 1
 
 
 # --------------------------------------------------------------------------------------- writing
@@ -178,8 +249,8 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path, monkeypatch, overwri
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(storage.os, "replace", broken)
-    monkeypatch.setattr(storage.os, "link", broken)
+    monkeypatch.setattr(io.os, "replace", broken)
+    monkeypatch.setattr(io.os, "link", broken)
     if not overwrite:
         path.unlink()
     with pytest.raises(ResultsFileError, match="No space left"):
@@ -383,17 +454,6 @@ def test_resolve_baseline_rejects_bad_names(tmp_path, name):
 
 
 # ----------------------------------------------------------------------------- hostile input
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
-    max_leaves=20,
-)
-
 
 def _accepts_or_refuses_cleanly(path: Path) -> None:
     try:

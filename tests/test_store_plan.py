@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_distbench.families.store import plan
-from pytest_distbench.results.stats import percentile
+from pytest_distbench.results.statistics.stats import percentile
 
 clients = st.integers(min_value=1, max_value=200_000)
 world_sizes = st.integers(min_value=1, max_value=64)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.results import units
-from pytest_distbench.results.units import (
+from pytest_distbench import units
+from pytest_distbench.units import (
     format_duration_us,
     format_size,
     parse_duration,

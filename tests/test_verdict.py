@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.results.storage import make_document
-from pytest_distbench.results.verdict import (
+from pytest_distbench.results.comparison.verdict import (
     Comparison,
-    batch_medians,
     compare_documents,
     fingerprint_differences,
-    judge,
     speed_difference,
 )
+from pytest_distbench.results.document import make_document
+from pytest_distbench.results.statistics.unpaired import batch_medians, judge
 
 ENVIRONMENT = {
     "torch": "2.13.0+cpu",

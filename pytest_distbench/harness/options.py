@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from ..results import units
-from ..settings import Setting, parse_bounded_duration, parse_count
+from .. import units
+from ..registry import Setting
+from ..units import parse_bounded_duration, parse_count
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from ..results import stats
-from ..results.derived import completed_figures
+from ..registry import completed_figures
+from ..results.document.schema import RecordError, check_record
+from ..results.statistics import stats
 from ..settings import Settings
 from . import options
 from .pressure import memory_problem
@@ -320,6 +321,10 @@ def build_records(
         }
         summarize_record(record, [m.samples for m in ms])
         record["figures"] = completed_figures(record)
+        try:
+            check_record(record)
+        except RecordError as exc:  # a bad record fails its own test, naming the field
+            pytest.fail(str(exc), pytrace=False)
         records.append(record)
     return records
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..results.units import format_size
+from ..units import format_size
 from .wire import PressureSettings
 
 # One busy call lasts about this long: long enough that a busy thread asks for the GIL only

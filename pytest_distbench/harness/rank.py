@@ -137,7 +137,7 @@ class Rank:
         self.on_progress: Any = None
 
     def info(self) -> dict[str, Any]:
-        from ..results.environment import rank_environment
+        from ..results.document.environment import rank_environment
 
         return rank_environment(self.spec.backend, self.device)
 

@@ -14,7 +14,6 @@ p90 and p95, as the seed does.
 
 import pytest
 
-from pytest_distbench.families.rpc import tables  # noqa: F401 - registers the table styles
 from pytest_distbench.families.rpc.agent_observer import run_agent_observer
 
 pytestmark = pytest.mark.distbench

@@ -15,7 +15,7 @@ the world size and the size actually moved is what is reported.  Every result is
 import pytest
 import torch
 
-from pytest_distbench.families.collectives import COLLECTIVES, run_collective
+from pytest_distbench.families.collectives.members import COLLECTIVES, run_collective
 
 pytestmark = pytest.mark.distbench
 

@@ -13,7 +13,6 @@ TensorPipe's CUDA channels on a GPU machine) and lists the others as skipped wit
 
 import pytest
 
-from pytest_distbench.families.rpc import tables  # noqa: F401 - registers the table styles
 from pytest_distbench.families.rpc.catalog import TRANSPORTS, unavailable
 from pytest_distbench.families.rpc.latency import run_latency
 from pytest_distbench.families.rpc.throughput import run_throughput

@@ -15,7 +15,6 @@ threads spread over the other ranks. Every record says which backend the server 
 
 import pytest
 
-from pytest_distbench.families.store import table
 from pytest_distbench.families.store.barrier import run_barrier
 from pytest_distbench.families.store.harness import store_config
 from pytest_distbench.families.store.init import run_init
@@ -23,7 +22,6 @@ from pytest_distbench.families.store.ops import run_ops
 from pytest_distbench.families.store.routes import run_routes
 
 pytestmark = pytest.mark.distbench
-table.register()
 
 
 @pytest.fixture

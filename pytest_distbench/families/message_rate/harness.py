@@ -19,18 +19,13 @@ from typing import Any
 
 import pytest
 
-from ...results.derived import register_figures
-from ...results.table import register_style
-from ..p2p import tables
 from ..p2p.harness import Endpoint, make_endpoint, measure_messages
-from ..p2p.rates import record_rates, rounds_per_iteration
+from ..p2p.rates import rounds_per_iteration
 from ..transports import make_transport
 from ..transports.base import Transport
 from .paths import PATHS, TrafficPath
 
 FAMILY = "message_rate"
-register_style([FAMILY], tables.render_arras)
-register_figures([FAMILY], record_rates)
 
 __all__ = ["FAMILY", "PATHS", "message_loop", "run_message_rate"]
 

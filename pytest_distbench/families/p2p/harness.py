@@ -22,12 +22,9 @@ from typing import Any
 import pytest
 import torch
 
-from ...results.derived import register_figures
-from ...results.table import register_style
 from ..transports import make_transport
 from ..transports.base import Route, Transport
-from . import tables
-from .rates import effective_window, record_rates, slot_count
+from .rates import effective_window, slot_count
 
 __all__ = [
     "Endpoint",
@@ -39,10 +36,6 @@ __all__ = [
     "first_pair",
     "half_pairs",
 ]
-
-FAMILIES = ("p2p_latency", "p2p_bandwidth", "p2p_bibw", "p2p_message_rate_pairs")
-register_style(FAMILIES, tables.render_osu)
-register_figures(FAMILIES, record_rates)
 
 # Patterns repeat with a prime period, so a shift by any amount that is not a multiple of it
 # (a truncated or offset message) changes the bytes.

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_distbench.results.stats import percentile
+from pytest_distbench.results.statistics.stats import percentile
 
 #: A window never carries more than this many bytes (64 MiB): at 64 MiB messages a window of
 #: 64 would be 4 GiB per iteration, minutes per point on loopback, for no new information.
@@ -107,7 +107,7 @@ def one_way_latency(samples: Sequence[float]) -> dict[str, float]:
 
 
 def record_rates(record: dict[str, Any]) -> dict[str, Any]:
-    """Derived figures of a p2p or message-rate record (registered in results.derived)."""
+    """Derived figures of a p2p or message-rate record (registered in family.py)."""
     figures = record.get("figures") or {}
     k = figures.get("messages_per_iteration")
     samples = record.get("samples") or []

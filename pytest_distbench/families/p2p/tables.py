@@ -1,5 +1,5 @@
 """Result tables of the message families (no torch): OSU style for p2p, arras style for
-message rate.  Registered with results.table by the family harnesses."""
+message rate.  Registered by the two families' family.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ...results import units
+from ... import units
 
 _ALIGN = "right"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...results.stats import percentile
+from ...results.statistics.stats import percentile
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent_latency_s", "agent_throughput", "observer_latency_s", "observer_throughput")

@@ -8,8 +8,8 @@ on a small machine; the results table prints the values used.
 
 from __future__ import annotations
 
-from ...results import units
-from ...settings import Setting
+from ... import units
+from ...registry import Setting
 
 _TRUE = ("true", "yes", "1", "on", "t", "y")
 _FALSE = ("false", "no", "0", "off", "f", "n")

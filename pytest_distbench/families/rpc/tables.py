@@ -1,4 +1,4 @@
-"""How the RPC family's records print at the end of a session (registered on import).
+"""How the RPC family's records print at the end of a session (registered in family.py).
 
 rpc_latency and rpc_throughput print one row per size; rpc_transports prints the users' table
 shape (rows = transport, columns = sizes, round trip in ms), with a row for every transport of
@@ -12,8 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ...results import units
-from ...results.table import register_style
+from ... import units
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
 
@@ -137,9 +136,3 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
             "batch size / agent latency, observer throughput = 1 / observer latency; "
             "the seed runs 10 episodes x 100 steps")
     return "\n".join([table, note] + [seed_block(r) for r in points])
-
-
-register_style(["rpc_latency"], render_latency)
-register_style(["rpc_throughput"], render_throughput)
-register_style(["rpc_transports"], render_transports)
-register_style(["agent_observer"], render_agent_observer)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_distbench.results import units
-from pytest_distbench.settings import Setting
+from pytest_distbench import units
+from pytest_distbench.registry import Setting
 
 BACKENDS = ("libuv", "legacy")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_distbench.results.stats import percentile
+from pytest_distbench.results.statistics.stats import percentile
 
 #: The rank that runs the TCPStore server (and, as rank 0 of the study, its own client).
 SERVER_RANK = 0

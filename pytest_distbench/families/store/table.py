@@ -1,6 +1,6 @@
 """Tables of the store family: one row per (backend that ran, clients), the study's figures.
 
-Imported by the suite module (in the controller), which registers the styles; no torch.
+Registered in family.py; no torch.
 """
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from tabulate import tabulate
-
-from pytest_distbench.results.table import register_style
 
 from . import plan
 
@@ -107,10 +105,3 @@ def render_routes(rows: list[dict[str, Any]]) -> str:
                       + f"\n# torch {f.get('torch')}, network namespace: {f.get('network')}"
                       + "".join("\n" + n for n in notes))
     return "\n".join(blocks)
-
-
-def register() -> None:
-    register_style(["store_init"], render_init)
-    register_style(["store_barrier"], render_barrier)
-    register_style(["store_ops"], render_ops)
-    register_style(["store_routes"], render_routes)

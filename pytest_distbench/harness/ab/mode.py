@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ...results import paired, stats
+from ...results.statistics import paired, stats
 from ...settings import Settings
 from ..local.session import LocalSession
 from ..local.world import PRELOAD

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ...results import units
+from ... import units
 from ...settings import PARAMETRIZING, SETTINGS, Settings
 from ..outcome import WORLD_SIZE_ARG
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_distbench.results.verdict import Comparison, Verdict
+from ..comparison.verdict import Comparison, Verdict
 
 FORMATS = ("table", "markdown", "csv", "json")
 

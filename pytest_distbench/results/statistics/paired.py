@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
+from .stats import median
+
 DEFAULT_ALPHA = 0.01
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.95
@@ -71,8 +73,8 @@ def robust_sd(values: Sequence[float]) -> float:
     inflate."""
     if not values:
         return 0.0
-    centre = _median(values)
-    return MAD_TO_SD * _median([abs(v - centre) for v in values])
+    centre = median(values)
+    return MAD_TO_SD * median([abs(v - centre) for v in values])
 
 
 def detectable_change(se_log: float, alpha: float = DEFAULT_ALPHA,
@@ -134,7 +136,7 @@ def hodges_lehmann_interval(
     walsh = sorted(
         ratios[i] + (ratios[j] - ratios[i]) / 2 for i in range(n) for j in range(i, n)
     )
-    estimate = _median(walsh)
+    estimate = median(walsh)
     tail = (1 - confidence) / 2
     if n > 60:  # the exact table grows as n^2; the normal approximation is good here
         m = n * (n + 1) / 4
@@ -195,11 +197,3 @@ def judge_paired(
         rounds=len(ratios),
         threshold=threshold,
     )
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[mid]
-    return ordered[mid - 1] + (ordered[mid] - ordered[mid - 1]) / 2

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from tabulate import tabulate
 
-from . import units
+from ... import registry, units
 from .plot_spec import significant
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
@@ -35,17 +35,6 @@ def placement_note(placement: str) -> str | None:
     return _PLACEMENT_NOTES.get(placement)
 
 
-GroupRenderer = Callable[[list[dict[str, Any]]], str]
-# Families with a table style of their own (OSU, arras, ...); the rest print nccl-tests style.
-_STYLES: dict[str, GroupRenderer] = {}
-
-
-def register_style(families: Iterable[str], render: GroupRenderer) -> None:
-    """Print the records of these families with `render` (rows of one backend and world)."""
-    for family in families:
-        _STYLES[family] = render
-
-
 def render_tables(records: Iterable[dict[str, Any]]) -> str:
     blocks = []
     for (family, backend, world_size, device, placement), rows in grouped(records):
@@ -53,7 +42,9 @@ def render_tables(records: Iterable[dict[str, Any]]) -> str:
         note = placement_note(placement)
         if note:
             title += f"  ({note})"
-        text = _STYLES.get(family, _render_group)(rows)
+        # A family with a table style of its own (OSU, arras, ...) uses it; the rest print
+        # nccl-tests style.
+        text = (registry.table_style(family) or render_group)(rows)
         if _pressured(rows) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
             text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
@@ -76,7 +67,8 @@ def peak_rss_cell(record: dict[str, Any]) -> str:
     return "/".join(f"{p / 2**20:.0f}" for p in peaks)
 
 
-def _render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
+def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
+    """The nccl-tests style table of one group's rows."""
     with_bytes = [r for r in rows if r["nbytes"] is not None]
     table = []
     for r in rows:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 __all__ = [
     "MAX_RANGE_POINTS",
@@ -298,3 +299,32 @@ def format_duration_us(seconds: float) -> str:
     else:
         digits = 3
     return f"{us:.{digits}f}"
+
+
+def parse_count(minimum: int) -> Callable[[str], int]:
+    """A parser of integers >= minimum, for settings that are counts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"invalid count {text!r}: expected an integer") from None
+        if value < minimum:
+            raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
+        return value
+
+    return parse
+
+
+# Durations reach select(), poll(), Event.wait() and sleep(), whose C types overflow long before
+# a finite 1e300 s does (poll's timeout is milliseconds in a C int: 24.8 days). A week is past
+# any benchmark's need and leaves room for the sums the harness makes of them.
+MAX_DURATION_S = 7 * 24 * 3600.0
+
+
+def parse_bounded_duration(text: str) -> float:
+    """A duration (parse_duration) of at most MAX_DURATION_S, for duration settings."""
+    seconds = parse_duration(text)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"invalid duration {text!r}: at most 7 days ({MAX_DURATION_S:g} s)")
+    return seconds

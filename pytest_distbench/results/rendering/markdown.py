@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ... import registry
 from . import table
 
 
@@ -26,9 +27,9 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
         note = table.placement_note(placement)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
                   f"{_cell(device)}" + (f" · {note}" if note else ""), ""]
-        style = table._STYLES.get(family)
+        style = registry.table_style(family)
         if style is None:
-            lines += _table_and_notes(table._render_group(rows, "github"))
+            lines += _table_and_notes(table.render_group(rows, "github"))
         else:
             lines += ["```text", style(rows), "```"]
         lines.append("")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from .verdict import _median, batch_medians
+from .stats import median
+from .unpaired import batch_medians
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -22,11 +23,11 @@ def ratio_interval(baseline: Sequence[float], current: Sequence[float],
     base, cur = [float(x) for x in baseline], [float(x) for x in current]
     if not base or not cur:
         raise ValueError("ratio_interval needs samples on both sides")
-    ratio = _ratio(_median(cur), _median(base))
+    ratio = _ratio(median(cur), median(base))
     b, c = batch_medians(base), batch_medians(cur)
     rng = random.Random(seed)
     draws = sorted(
-        _ratio(_median(rng.choices(c, k=len(c))), _median(rng.choices(b, k=len(b))))
+        _ratio(median(rng.choices(c, k=len(c))), median(rng.choices(b, k=len(b))))
         for _ in range(RESAMPLES)
     )
     tail = (1 - CONFIDENCE) / 2

@@ -1,35 +1,32 @@
-"""Statistical verdicts: did a benchmark get slower, faster, or stay the same?
+"""Two results documents judged benchmark by benchmark: did each get slower, faster, or stay?
 
-A regression needs two things at once: a one-sided Mann-Whitney U test on the raw samples that
-says "current is stochastically slower" at ``alpha``, and a median (p50) slowdown larger than the
-threshold. The rank test ignores how far the heavy tail reaches (an occasional 15x stall moves a
-mean, not a rank), and the threshold keeps statistically real but tiny shifts from failing CI.
+The statistics live in results/statistics (unpaired.py for two runs' samples, runs.py for a
+baseline's stored history); this module matches benchmarks by id, picks the test that applies,
+and says what else differs between the two runs (environment, placement, machine speed).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pytest_distbench.results.storage import records
-
-Kind = Literal["regression", "improvement", "unchanged", "new", "missing"]
+from ..document.history import p50_runs
+from ..document.schema import records
+from ..statistics.runs import MIN_RUNS, judge_history
+from ..statistics.stats import median
+from ..statistics.unpaired import (
+    DEFAULT_ALPHA,
+    Kind,
+    judge,
+    relative_change,
+    within_run_detectable,
+)
 
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
 DEFAULT_THRESHOLD = 0.10
-DEFAULT_ALPHA = 0.01
-# Ten batches against ten: the smallest one-sided Mann-Whitney p-value is 1/184756, so a
-# consistent shift is significant at alpha=0.01 even though each side is only ten numbers.
-BATCHES = 10
-
-# The exact Mann-Whitney distribution is cheap for small samples but its cost explodes when one
-# side is large (5 vs 100000 samples takes minutes); past this many pairs the normal
-# approximation is both fast and accurate.
-_EXACT_MAX_PAIRS = 2500
 
 # Environment fields that change what a benchmark measures; hostname and friends do not.
 FINGERPRINT_FIELDS = ("torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl", "world_sizes")
@@ -100,126 +97,6 @@ class Comparison:
         return {kind: len(self.of_kind(kind)) for kind in kinds}
 
 
-def judge(
-    baseline_samples: Sequence[float],
-    current_samples: Sequence[float],
-    threshold: float,
-    alpha: float = DEFAULT_ALPHA,
-) -> tuple[Kind, float, float]:
-    """Judge current against baseline samples (seconds; lower is better).
-
-    Returns (kind, change, p_value): kind is "regression", "improvement" or "unchanged";
-    change is current p50 / baseline p50 - 1; p_value is the one-sided p-value in the direction
-    the p50 moved. A regression needs current p50 > baseline p50 x (1 + threshold); an
-    improvement needs baseline p50 > current p50 x (1 + threshold), i.e. throughput up by more
-    than the threshold, which makes judge(a, b) and judge(b, a) exact mirror images.
-    """
-    base_in_order = [float(x) for x in baseline_samples]
-    cur_in_order = [float(x) for x in current_samples]
-    base, cur = sorted(base_in_order), sorted(cur_in_order)
-    if not base or not cur:
-        raise ValueError("judge needs at least one baseline and one current sample")
-    if not all(math.isfinite(x) for x in base + cur):
-        raise ValueError("samples must be finite numbers")
-    if not (math.isfinite(threshold) and threshold >= 0):
-        raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
-
-    base_p50 = _median(base)
-    cur_p50 = _median(cur)
-    change = _ratio_change(base_p50, cur_p50)
-    p_slower, p_faster = _one_sided_p_values(
-        sorted(batch_medians(base_in_order)), sorted(batch_medians(cur_in_order))
-    )
-
-    if cur_p50 > base_p50:
-        p_value = p_slower
-    elif cur_p50 < base_p50:
-        p_value = p_faster
-    else:
-        p_value = min(p_slower, p_faster)
-
-    if cur_p50 > base_p50 * (1 + threshold) and p_slower < alpha:
-        return "regression", change, p_value
-    if base_p50 > cur_p50 * (1 + threshold) and p_faster < alpha:
-        return "improvement", change, p_value
-    return "unchanged", change, p_value
-
-
-def batch_medians(samples: Sequence[float], batches: int = BATCHES) -> list[float]:
-    """Medians of `batches` consecutive runs of samples, in time order.
-
-    Consecutive iterations are not independent: the loopback and the scheduler drift between
-    fast and slow states that last many iterations. A rank test on thousands of raw samples
-    then calls any such drift significant. Batch medians are close to independent, so the
-    test asks whether the run as a whole moved, not whether a few milliseconds of it did.
-    With fewer than two samples per batch the raw samples are used.
-    """
-    if len(samples) < 2 * batches:
-        return list(samples)
-    edges = [round(i * len(samples) / batches) for i in range(batches + 1)]
-    return [_median(samples[edges[i]:edges[i + 1]]) for i in range(batches)]
-
-
-def _median(values: Sequence[float]) -> float:
-    # Midpoint written so that two huge samples cannot overflow to inf, as (a + b) / 2 can.
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[mid]
-    low, high = ordered[mid - 1], ordered[mid]
-    return low + (high - low) / 2
-
-
-def _ratio_change(base: float, cur: float) -> float:
-    if base == 0:
-        # Only possible with a clock too coarse for the operation; any time is then "infinitely"
-        # slower, and equal zeros are no change at all.
-        return 0.0 if cur == 0 else math.inf
-    return cur / base - 1
-
-
-def _one_sided_p_values(base: list[float], cur: list[float]) -> tuple[float, float]:
-    """(p that current is slower, p that current is faster), both one-sided."""
-    from scipy.stats import mannwhitneyu  # lazy: scipy.stats takes ~2 s to import
-
-    # Always hand scipy the two sets in the same order, whichever is "baseline", so swapping
-    # the arguments gives bit-identical p-values and the verdict is exactly symmetric.
-    swap = cur > base
-    x, y = (base, cur) if swap else (cur, base)
-    ties = len(set(x).union(y)) < len(x) + len(y)
-    method = "exact" if not ties and len(x) * len(y) <= _EXACT_MAX_PAIRS else "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p_x_greater = float(mannwhitneyu(x, y, alternative="greater", method=method).pvalue)
-        p_x_less = float(mannwhitneyu(x, y, alternative="less", method=method).pvalue)
-    # A degenerate test (e.g. every sample equal) is no evidence of anything.
-    p_x_greater = p_x_greater if math.isfinite(p_x_greater) else 1.0
-    p_x_less = p_x_less if math.isfinite(p_x_less) else 1.0
-    if swap:  # x is the baseline: "current greater" is "x less"
-        return p_x_less, p_x_greater
-    return p_x_greater, p_x_less
-
-
-def within_run_detectable(
-    baseline_samples: Sequence[float], current_samples: Sequence[float],
-    alpha: float = DEFAULT_ALPHA,
-) -> float:
-    """Smallest slowdown the batch-median rank test tells from the spread seen INSIDE the two
-    runs. Run-to-run noise is invisible to one run per side, so this is a floor, not a promise."""
-    from .paired import SIGNED_RANK_EFFICIENCY, detectable_change, robust_sd
-
-    sides = []
-    for samples in (baseline_samples, current_samples):
-        medians = [m for m in batch_medians(list(samples)) if m > 0]
-        if len(medians) < 2:
-            return math.inf
-        logs = [math.log(m) for m in medians]
-        sides.append(robust_sd(logs) ** 2 / len(logs))
-    return detectable_change(math.sqrt(sum(sides) / SIGNED_RANK_EFFICIENCY), alpha)
-
-
 def judge_records(
     base: dict[str, Any],
     cur: dict[str, Any],
@@ -234,10 +111,8 @@ def judge_records(
     With stored_p50s from at least history.MIN_RUNS runs the verdict is judged against their
     run-to-run spread (history.judge_history); otherwise from the two runs' samples alone.
     """
-    from .history import MIN_RUNS, judge_history
-
     z = None
-    cur_p50 = _median(cur["samples"])
+    cur_p50 = median(cur["samples"])
     usable = [p for p in stored_p50s if p > 0]
     if len(usable) >= MIN_RUNS and cur_p50 > 0:
         h = judge_history(usable, cur_p50, threshold, alpha=alpha)
@@ -252,7 +127,7 @@ def judge_records(
     return Verdict(
         id=cur["id"],
         kind=kind,
-        baseline_p50=_median(base["samples"]),
+        baseline_p50=median(base["samples"]),
         current_p50=cur_p50,
         change=change,
         p_value=p_value,
@@ -266,7 +141,7 @@ def judge_records(
         metric=metric,
         baseline_value=base_value,
         current_value=cur_value,
-        metric_change=_ratio_change(base_value, cur_value),
+        metric_change=relative_change(base_value, cur_value),
     )
 
 
@@ -289,8 +164,6 @@ def compare_documents(
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     if not (math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
-    from .history import p50_runs
-
     base_records = records(baseline_doc)
     cur_records = records(current_doc)
     runs = p50_runs(baseline_doc)
@@ -337,7 +210,7 @@ def _threshold_for(cur: dict | None, base: dict | None, default: float) -> float
 def _one_sided(
     benchmark_id: str, kind: Kind, record: dict, limit: float, metric: str, *, current: bool
 ) -> Verdict:
-    p50 = _median(record["samples"])
+    p50 = median(record["samples"])
     value = record["summary"][metric]
     return Verdict(
         id=benchmark_id,
@@ -439,4 +312,4 @@ def _probe(environment: dict[str, Any]) -> float | None:
     if not isinstance(values, list):
         return None
     numbers = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    return _median(numbers) if numbers else None
+    return median(numbers) if numbers else None

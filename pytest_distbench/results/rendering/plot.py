@@ -1,7 +1,7 @@
 """PNG plots of a run (one per family and sweep) and of a comparison (ratio per benchmark).
 
 One drawing layer for every family: what differs lives in each family's `PlotSpec`
-(plot_specs.py). matplotlib is an optional extra (`pip install "pytest-distbench[plot]"`),
+(families/<f>/family.py). matplotlib is an optional extra (`pip install "pytest-distbench[plot]"`),
 imported only here and only when a plot is drawn, with the Agg backend (no display needed).
 No torch import: `pytest-distbench plot run.json` works where torch is not installed.
 """
@@ -15,9 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import units
-from .plot_spec import Group, Panel, PlotSpec, Record, group_records, lookup, significant, specs
-from .ratio import ratio_interval
+from ... import units
+from ..statistics.ratio import ratio_interval
+from .plot_spec import (
+    Group,
+    PlotSpec,
+    Record,
+    default_spec,
+    group_records,
+    lookup,
+    significant,
+    spec_for,
+    specs,
+)
 
 MISSING_MATPLOTLIB = (
     "plots need matplotlib, which is not installed: pip install \"pytest-distbench[plot]\" "
@@ -90,17 +100,9 @@ def plot_records(records: Sequence[Record], environment: dict[str, Any],
 
 
 def _fallback_specs(records: Sequence[Record]) -> tuple[PlotSpec, ...]:
-    """A user's own sized benchmark (no spec of its own): its time against message size."""
-    from .plot_spec import spec_for
-    from .plot_specs import NBYTES, P50, SIZE, TIME, TIME_US
-
     families = sorted({str(r.get("family")) for r in records
                        if spec_for(r) is None and r.get("nbytes")})
-    return tuple(
-        PlotSpec(name=family, families=(family,), x=NBYTES, x_axis=SIZE,
-                 panels=(Panel("time", TIME_US, (TIME,)),), note=P50)
-        for family in families
-    )
+    return tuple(default_spec(family) for family in families)
 
 
 def _file_stem(group: Group) -> str:
@@ -351,7 +353,7 @@ class RatioRow:
 def comparison_rows(baseline: dict[str, Any], current: dict[str, Any],
                     comparison: Any) -> list[RatioRow]:
     """Per judged benchmark: current/baseline p50 with its 95 % interval, and the verdict."""
-    from .storage import records
+    from ..document.schema import records
 
     base, cur = records(baseline), records(current)
     rows = []

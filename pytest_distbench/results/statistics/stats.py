@@ -121,14 +121,15 @@ def per_iteration_max(rank_samples: Sequence[Sequence[float]]) -> list[float]:
 
 
 def median(values: Sequence[float]) -> float:
-    """The median of finite values ((a + b) / 2 between the middle two)."""
+    """The median of finite values (the midpoint of the middle two for an even count)."""
     # Local rather than statistics.median: importing statistics pulls in random,
     # fractions and decimal, and this module is imported by every pytest controller.
     ordered = sorted(values)
     mid = len(ordered) // 2
     if len(ordered) % 2:
         return ordered[mid]
-    return (ordered[mid - 1] + ordered[mid]) / 2
+    low, high = ordered[mid - 1], ordered[mid]
+    return low + (high - low) / 2  # not (low + high) / 2: two huge values would overflow
 
 
 def rank_skew(rank_samples: Sequence[Sequence[float]]) -> float:

@@ -12,27 +12,28 @@ from typing import Any
 
 import pytest
 
-from . import history, storage, verdict
+from ..document import history, io, schema
+from ..statistics.runs import MIN_RUNS
+from . import verdict
 
 
 class Gate:
     def __init__(self, path: Path, document: dict[str, Any], strict: bool) -> None:
         self.path = path
         self.document = document
-        self.baseline = storage.records(document)
+        self.baseline = schema.records(document)
         self.strict = strict
-        self.runs = history.p50_runs(document, path)  # oldest first; the file's run last
+        self.runs = history.p50_runs(document)  # oldest first; the file's run last
 
     @classmethod
     def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
         try:
-            path = storage.resolve_baseline(name_or_path, baseline_dir)
+            path = io.resolve_baseline(name_or_path, baseline_dir)
         except ValueError as exc:
             raise pytest.UsageError(f"--distbench-compare: {exc}") from None
         try:
-            document = storage.read_document(path)
-            history.history_of(document, path)
-        except storage.ResultsFileError as exc:
+            document = io.read_document(path)  # its history too: refused now, not after the run
+        except io.ResultsFileError as exc:
             raise pytest.UsageError(f"--distbench-compare: {exc}") from None
         return cls(path, document, strict)
 
@@ -56,11 +57,11 @@ class Gate:
     @property
     def noise_note(self) -> str:
         """What the verdicts know about run-to-run noise, for the header."""
-        if len(self.runs) >= history.MIN_RUNS:
+        if len(self.runs) >= MIN_RUNS:
             return (f"{len(self.runs)} stored runs: verdicts judge each p50 against its learned "
                     "run-to-run spread")
         return (f"{len(self.runs)} stored run(s): run-to-run noise unknown (append runs with "
-                f"--distbench-append; {history.MIN_RUNS} or more teach the gate each benchmark's "
+                f"--distbench-append; {MIN_RUNS} or more teach the gate each benchmark's "
                 "spread)")
 
     def failure_message(self, v: verdict.Verdict, current_samples: int) -> str:

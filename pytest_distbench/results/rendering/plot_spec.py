@@ -1,6 +1,7 @@
 """What a family's plot shows, stated as data: which records, x, y, series, scales, units.
 
-A family states only its axes here (a `PlotSpec`); `plot.py` draws every spec the same way.
+A family states only its axes (a `PlotSpec`, in its families/<f>/family.py); `plot.py` draws
+every spec the same way.
 Nothing in this module imports torch or matplotlib, so a spec can be read, tested and used for
 the one-line figures of `-v` and JUnit without either.
 
@@ -20,7 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .stats import percentile
+from ... import registry
+from ..statistics.stats import percentile
 
 Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]
@@ -147,19 +149,9 @@ class PlotSpec:
         return record.get("family") in self.families
 
 
-_REGISTRY: dict[str, PlotSpec] = {}
-
-
-def register(spec: PlotSpec) -> PlotSpec:
-    """Add a family's plot (one line per family in plot_specs.py). Later wins per family."""
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
 def specs() -> tuple[PlotSpec, ...]:
-    from . import plot_specs  # noqa: F401 - registers the built-in specs on first use
-
-    return tuple(_REGISTRY.values())
+    """Every family's plots (families/<f>/family.py), in the registry's order."""
+    return registry.plot_specs()
 
 
 def spec_for(record: Record) -> PlotSpec | None:
@@ -199,12 +191,48 @@ def headline(records: Sequence[Record]) -> str:
     return "; ".join(parts)
 
 
+# -- the vocabulary the families' specs share, and the spec of a family without one -----------
+
+SIZE = Axis("message size", "bytes", size=True)
+TIME_US = Axis("time per iteration", "us")
+P50 = "p50, band p5-p95 of the iterations"
+
+
 def time_us(record: Record, seconds: float) -> float:
     return seconds * 1e6
 
 
-P50_US = Headline("p50", Value("p50", of_time=time_us), "us")
-DEFAULT_HEADLINE = (P50_US,)
+def positive(record: Record, path: str, default: float) -> float:
+    """The number at `path` if it is one above zero, else `default`."""
+    value = lookup(record, path)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else default
+
+
+def messages(record: Record) -> float:
+    """Messages one timed iteration moves (docs/results-schema.md: messages_per_iteration)."""
+    return positive(record, "figures.messages_per_iteration", 1.0)
+
+
+def msgs_per_s(record: Record, seconds: float) -> float:
+    return messages(record) / seconds
+
+
+def mbps(record: Record, seconds: float) -> float | None:
+    nbytes = record.get("nbytes")
+    return None if not nbytes else messages(record) * nbytes / seconds / 1e6
+
+
+NBYTES = Value("message size", field="nbytes")
+TIME = Value("p50", of_time=time_us)
+MSGS = Value("messages/s", of_time=msgs_per_s)
+MBPS = Value("MB/s", of_time=mbps)
+DEFAULT_HEADLINE = (Headline("p50", TIME, "us"),)
+
+
+def default_spec(family: str) -> PlotSpec:
+    """A user's own sized benchmark (no spec of its own): its time against message size."""
+    return PlotSpec(name=family, families=(family,), x=NBYTES, x_axis=SIZE,
+                    panels=(Panel("time", TIME_US, (TIME,)),), note=P50)
 
 
 def series_label(keys: Iterable[str], record: Record) -> str:
@@ -214,8 +242,8 @@ def series_label(keys: Iterable[str], record: Record) -> str:
         name = key.rsplit(".", 1)[-1]
         if name == "world_size":
             parts.append(f"{value} ranks")
-        elif name in ("backend", "family", "path", "transport", "store_backend"):
-            parts.append(str(value))
+        elif isinstance(value, str):  # a backend, a path, a transport: it names itself
+            parts.append(value)
         else:
             parts.append(f"{name}={value}")
     return ", ".join(parts)

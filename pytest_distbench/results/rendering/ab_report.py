@@ -8,9 +8,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
-from .stats import median
-from .units import format_size
+from ...units import format_size
+from ..statistics.paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
+from ..statistics.stats import median
 
 
 def _pct(fraction: float) -> str:

@@ -1,0 +1,121 @@
+"""What a family declares, in one place, and how the layers below the families find it.
+
+Every package under pytest_distbench/families/ with a ``family.py`` states there, as
+``FAMILY = Family(...)``, all that settings.py, harness/ and results/ need to know of it: its
+settings, its table styles, the figures derived from its finished records and its plots. They
+are found by importing each such module (families()); nothing below the families names one, so
+adding a family touches families/<name>/ and suites/ only.
+
+Registration modules import no torch and no pytest: `pytest-distbench plot` reads the plots
+without either, and settings.py reads the settings while pytest is still starting.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .results.rendering.plot_spec import PlotSpec
+
+FAMILIES_PACKAGE = "pytest_distbench.families"
+REGISTRATION_MODULE = "family"
+
+Record = dict[str, Any]
+TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
+FigureDeriver = Callable[[Record], dict[str, Any]]  # a finished record -> figures to add
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # attribute of Settings and keyword of the marker
+    option: str  # command line flag
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+    # A list setting that parametrizes every distbench test taking this argument (as
+    # --tensor-size does `nbytes`), unless the test parametrizes it itself.
+    param: str | None = None
+    param_id: Callable[[Any], str] = str
+    # A switch: the option may be given without a value (--distbench-touch-once).
+    flag: bool = False
+
+    @property
+    def ini(self) -> str:
+        return "distbench_" + self.name
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family package's registration. Tables and figures are keyed by the records'
+    ``family`` values (one package may record several: p2p_latency, p2p_bandwidth, ...)."""
+
+    name: str
+    settings: tuple[Setting, ...] = ()
+    # Refuses combinations of the resolved settings no single option can (pytest.UsageError).
+    check: Callable[[Any], None] | None = None
+    tables: Mapping[str, TableStyle] = field(default_factory=dict)
+    figures: Mapping[str, FigureDeriver] = field(default_factory=dict)
+    plots: tuple[PlotSpec, ...] = ()
+
+
+@cache
+def families() -> tuple[Family, ...]:
+    """Every family package's FAMILY, in package name order; a helper package without a
+    registration module (transports) is not a family."""
+    package = importlib.import_module(FAMILIES_PACKAGE)
+    found = []
+    for info in pkgutil.iter_modules(package.__path__, FAMILIES_PACKAGE + "."):
+        module = f"{info.name}.{REGISTRATION_MODULE}"
+        if info.ispkg and importlib.util.find_spec(module) is not None:
+            found.append(importlib.import_module(module).FAMILY)
+    return tuple(found)
+
+
+def _by_record_family(kind: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for family in families():
+        for name, value in getattr(family, kind).items():
+            if name in merged:
+                # Two packages styling one record family would make the output depend on
+                # which was imported last.
+                raise RuntimeError(f"record family {name!r} has {kind} from both "
+                                   f"{owner[name]!r} and {family.name!r}")
+            merged[name], owner[name] = value, family.name
+    return merged
+
+
+def table_style(record_family: str) -> TableStyle | None:
+    """The table style the family of these records registered, if any."""
+    return _by_record_family("tables").get(record_family)
+
+
+def completed_figures(record: Record) -> dict[str, Any]:
+    """The record's figures plus what its family derives from it (derived keys win).
+
+    A rank knows only its own samples; a message rate or a one-way latency must come from the
+    samples the record keeps (slowest rank per iteration), so it is derived once the record is
+    built, in the controller."""
+    derive = _by_record_family("figures").get(record["family"])
+    figures = dict(record.get("figures") or {})
+    if derive is not None:
+        figures.update(derive(record))
+    return figures
+
+
+def plot_specs() -> tuple[PlotSpec, ...]:
+    return tuple(spec for family in families() for spec in family.plots)
+
+
+def family_settings() -> tuple[Setting, ...]:
+    return tuple(setting for family in families() for setting in family.settings)
+
+
+def setting_checks() -> tuple[Callable[[Any], None], ...]:
+    return tuple(family.check for family in families() if family.check is not None)
