@@ -3,8 +3,9 @@ compare, strict) and the live one (A/B mode). A pytest plugin of its own (plugin
 through pytest_plugins).
 
 The options are checked before any test runs; the per-test work is in harness/ab/ (A/B
-rounds), results/gate.py (a stored baseline's verdicts) and results/history.py (stored runs);
-plugin.py hands a test's records to `judge` and outputs.py a finished run to `compare_run`.
+rounds), results/comparison/gate.py (a stored baseline's verdicts) and
+results/document/history.py (stored runs); outputs.py hands a test's records to `judge` and a
+finished run to `store_run` and `compare_run`.
 """
 
 from __future__ import annotations

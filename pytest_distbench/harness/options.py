@@ -1,7 +1,8 @@
 """Settings of the harness itself: duration-bound runs, live reports, pressure during a run.
 
-Registered like a family's options (settings.FAMILY_OPTION_MODULES), so each one gets a CLI
-option, an ini key, a marker keyword and an attribute of `Settings`. Torch-free on purpose.
+settings.py adds them to the core settings as it adds each family's (registry.py), so each
+one gets a CLI option, an ini key, a marker keyword and an attribute of `Settings`.
+Torch-free on purpose.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Round r runs the test once in the baseline's world and once in the candidate's, in the order
 AB, BA, AB, BA... (ABBA: each side goes first equally often, so "second in the round" cannot
 favour one of them). The two variants have worlds of their own (the world key carries the
-variant) and the baseline's ranks come from their own forkserver (harness/ab/variants.py), started
-with the baseline's environment overrides or interpreter. The verdict is paired
-(results/paired.py): each round's ratio (of its fastest iterations) cancels what the machine
-did during that round.
+variant) and the baseline's ranks come from their own forkserver (variants.py), started with
+the baseline's environment overrides or interpreter. The verdict is paired
+(results/statistics/paired.py): each round's ratio (of its fastest iterations) cancels what
+the machine did during that round.
 """
 
 from __future__ import annotations
