@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 __all__ = [
+    "format_figure",
     "MAX_RANGE_POINTS",
     "format_duration_us",
     "format_size",
@@ -299,6 +300,19 @@ def format_duration_us(seconds: float) -> str:
     else:
         digits = 3
     return f"{us:.{digits}f}"
+
+
+def format_figure(value: float, digits: int = 4) -> str:
+    """A measured figure with the precision a measurement has: `digits` significant digits,
+    thousands separators, no trailing decimals past them (3351.829 -> "3,352", 0.0123456 ->
+    "0.01235")."""
+    if not math.isfinite(value):
+        return str(value)
+    rounded = float(f"{value:.{digits}g}")  # first, so 999.96 becomes 1000 and shows as such
+    if rounded == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:,.{decimals}f}"
 
 
 def parse_count(minimum: int) -> Callable[[str], int]:

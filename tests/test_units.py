@@ -511,3 +511,24 @@ def test_format_duration_us_is_accurate(seconds: float) -> None:
     us = seconds * 1e6
     # About three significant digits, never worse than half a thousandth of a microsecond.
     assert float(text) == pytest.approx(us, rel=5e-3, abs=5e-4)
+
+
+@given(st.floats(min_value=1e-12, max_value=1e15, allow_nan=False),
+       st.sampled_from([1, -1]))
+def test_a_figure_keeps_four_significant_digits_and_no_more(value, sign):
+    from pytest_distbench.units import format_figure
+
+    text = format_figure(sign * value)
+    back = float(text.replace(",", ""))
+    assert back == pytest.approx(sign * value, rel=5.01e-4)  # within half a unit of the 4th digit
+    digits = text.replace(",", "").replace("-", "").replace(".", "").lstrip("0")
+    assert len(digits) <= max(4, len(str(int(abs(back)))))  # no decimals past the 4th digit
+
+
+def test_figures_read_as_a_person_would_write_them():
+    from pytest_distbench.units import format_figure
+
+    assert format_figure(3351.829) == "3,352"
+    assert format_figure(999.96) == "1,000"
+    assert format_figure(0.0123456) == "0.01235"
+    assert format_figure(0.0) == "0"

@@ -37,12 +37,16 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _figure(value: Any) -> str:
+    return "-" if value is None else units.format_figure(value)
+
+
 def render_latency(records: list[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         s, f = r["summary"], r["figures"]
         rows.append([_size(r["nbytes"]), units.format_duration_us(s["p50"]),
-                     units.format_duration_us(s["p95"]), _fmt(f.get("mbps"), ".3f"),
+                     units.format_duration_us(s["p95"]), _figure(f.get("mbps")),
                      r["wrong"] if r["wrong"] is not None else "N/A",
                      f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "round trip p50 (us)", "round trip p95 (us)",
@@ -58,7 +62,7 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
         s, f = r["summary"], r["figures"]
         rows.append([_size(r["nbytes"]), f.get("credits", "-"), f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]), _fmt(f.get("msgs_per_s"), ",.0f"),
-                     _fmt(f.get("mbps"), ".3f"), f"{r['stalls']}/{r['iterations']}"])
+                     _figure(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)", "msgs/s",
                          "MB/s (payload one way)", "stalls"]) + (
         "\n# rpc_async to rank 1 with at most `credits` unanswered; rates from the p50 "
