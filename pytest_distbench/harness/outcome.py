@@ -73,7 +73,6 @@ class RunResult:
     failure_order: dict[int, int] = field(default_factory=dict)
     stacks: dict[int, str] = field(default_factory=dict)
     output: dict[int, str] = field(default_factory=dict)
-    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host, where they differ
     elapsed_s: float = 0.0
 
     @property
@@ -235,8 +234,7 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
             "finish; the world was killed and will be rebuilt. Stacks of the live ranks:"
         ]
         for r, stack in sorted(result.stacks.items()):
-            host = f" ({result.hosts[r]})" if r in result.hosts else ""
-            lines.append(f"--- rank {r}{host} ---")
+            lines.append(f"--- rank {r} ---")
             lines.append(tag(r, stack))
         parts.append("\n".join(lines))
     if result.stopped and parts:
