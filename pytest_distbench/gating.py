@@ -6,6 +6,9 @@ The options are checked before any test runs; the per-test work is in harness/ab
 rounds), results/comparison/gate.py (a stored baseline's verdicts) and
 results/document/history.py (stored runs); outputs.py hands a test's records to `judge` and a
 finished run to `store_run` and `compare_run`.
+
+PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a plugin (no
+asserts here to rewrite; without the marker every session warned that it could not).
 """
 
 from __future__ import annotations
