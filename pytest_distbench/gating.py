@@ -5,7 +5,7 @@ through pytest_plugins).
 The options are checked before any test runs; the per-test work is in harness/ab/ (A/B
 rounds), results/comparison/gate.py (a stored baseline's verdicts) and
 results/document/history.py (stored runs); outputs.py hands a test's records to `judge` and a
-finished run to `store_run` and `compare_run`.
+finished run to `compare_run`, and saves it where `save_path` says.
 
 PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a plugin (no
 asserts here to rewrite; without the marker every session warned that it could not).
@@ -206,24 +206,6 @@ def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
             if v is not None and v.kind == "regression":
                 failures.append(gate.failure_message(v, len(record["samples"])))
     return verdicts, failures
-
-
-def store_run(config: pytest.Config, session: Any, document: dict[str, Any],
-              write: Any) -> None:
-    """--distbench-save: the run as the baseline (`write`), or added to its history."""
-    path = save_path(config)
-    if path is None:
-        return
-    if config.getoption("distbench_append"):
-        from .results.document.history import append_run
-
-        try:
-            session.notes.append(append_run(document, path))
-        except (OSError, ValueError) as exc:
-            session.output_errors.append(f"could not add this run to baseline {path}: {exc}")
-        return
-    write(session, document, path, overwrite=config.getoption("distbench_overwrite"),
-          what="baseline")
 
 
 def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]

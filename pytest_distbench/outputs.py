@@ -93,7 +93,12 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     json_path = config.getoption("distbench_json")
     if json_path:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
-    gating.store_run(config, distbench, document, _write)
+    save_path = gating.save_path(config)
+    if save_path is not None and config.getoption("distbench_append"):
+        _append(distbench, document, save_path)
+    elif save_path is not None:
+        _write(distbench, document, save_path, overwrite=config.getoption("distbench_overwrite"),
+               what="baseline")
     gate_document = gating.compare_run(config, distbench, document)
     plot_dir = config.getoption("distbench_plot")
     if plot_dir:
@@ -131,6 +136,16 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
 
 def _failed(distbench: Session, message: str) -> None:
     distbench.output_errors.append(message)
+
+
+def _append(distbench: Session, document: dict[str, Any], path: Path) -> None:
+    """--distbench-append: this run added to the baseline's history."""
+    from .results.document.history import append_run
+
+    try:
+        distbench.notes.append(append_run(document, path))
+    except (OSError, ValueError) as exc:
+        _failed(distbench, f"could not add this run to baseline {path}: {exc}")
 
 
 def _write_plots(distbench: Session, document: dict[str, Any], out: Path,

@@ -56,6 +56,11 @@ def _meminfo() -> dict[str, int]:
     return values
 
 
+def memory_available() -> int | None:
+    """MemAvailable in bytes, None where /proc/meminfo cannot be read."""
+    return _meminfo().get("MemAvailable")
+
+
 def _cgroup_headroom() -> int | None:
     """Bytes this process's cgroup (v2) may still charge, None without a limit."""
     try:

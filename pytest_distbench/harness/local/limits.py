@@ -26,6 +26,7 @@ import pytest
 from ... import units
 from ...settings import PARAMETRIZING, SETTINGS, Settings
 from ..outcome import WORLD_SIZE_ARG
+from ..pressure import memory_available
 
 MIB = 1 << 20
 # What one rank may come to hold. A freshly forked idle rank shares its ~150 MiB of anonymous
@@ -59,18 +60,7 @@ class Machine:
 
 
 def probe() -> Machine:
-    return Machine(_memory_available(), _tasks_left(), _files_limit(), _files_open())
-
-
-def _memory_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return Machine(memory_available(), _tasks_left(), _files_limit(), _files_open())
 
 
 def _read_int(path: str) -> int | None:

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
-from .limits import FORCE_HINT, oversubscription, start_problem
+from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
@@ -100,8 +101,6 @@ class LocalSession(Session):
     def announce_oversubscription(self, world_sizes: Any) -> list[str]:
         """The warning line when ranks outnumber cores, once per session, unless an earlier
         one named as many ranks."""
-        from .limits import oversubscription, oversubscription_line
-
         facts = oversubscription(world_sizes)
         if facts is None or facts["ranks"] <= self.ranks_announced:
             return []
@@ -112,8 +111,6 @@ class LocalSession(Session):
         """SIGTERM (a CI runner's cancel, `timeout`, `kill`) ends the session as Ctrl-C does:
         pytest's interruption, then the same teardown (worlds, rank logs, the forkserver's
         folder). Left alone where someone else already handles SIGTERM."""
-        import threading
-
         if (threading.current_thread() is not threading.main_thread()
                 or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
             return
@@ -125,12 +122,9 @@ class LocalSession(Session):
 
     def close(self) -> None:
         """Stop every world; kill what does not stop. Safe to call more than once."""
-        if self._sigterm is not None:
-            import threading
-
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, self._sigterm)
-                self._sigterm = None
+        if self._sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
         for world in list(self.worlds.values()):
             world.stop(timeout_s=5.0)
         self.worlds.clear()
