@@ -203,7 +203,7 @@ def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
         for record in records:
             v = gate.judge(record, threshold)
             verdicts[record["id"]] = v
-            if v is not None and v.kind == "regression":
+            if v is not None and v.fails_session:
                 failures.append(gate.failure_message(v, len(record["samples"])))
     return verdicts, failures
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from . import gating
+from .harness.physical import measured_bounds
 from .harness.session import Session
 
 HEADLINE_KEY = pytest.StashKey[str]()
@@ -88,6 +89,9 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     environment["cpu_probe_s"] = distbench.cpu_probes
     if distbench.rpc_checks is not None:
         environment["rpc_checks"] = [check.as_dict() for check in distbench.rpc_checks]
+    bounds = measured_bounds()
+    if bounds is not None:  # what the sanity rules held this run's figures to
+        environment["machine_bounds"] = bounds.as_dict()
     environment.update(distbench.environment_facts())  # launcher, hosts, xdist workers
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     json_path = config.getoption("distbench_json")

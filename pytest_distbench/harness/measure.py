@@ -75,15 +75,19 @@ class Distbench:
         name: str | None = None,
         figures: dict[str, Any] | None = None,
         pressure_ranks: Iterable[int] | None = None,
+        ranks: Iterable[int] | None = None,
     ) -> None:
         """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements.
 
         `figures` are the family's own JSON-able values for the record (rank 0's are kept);
         `figures["messages_per_iteration"]` (default 1) is what live reports count.
         `pressure_ranks` are the ranks that run the pressure options during the timed region
-        (None: every rank).
+        (None: every rank). `ranks` are the ranks that take part in what is measured (None:
+        every rank); the others run `fn` to keep in step, and their times are kept out of the
+        record.
         """
         self._check_new(name, nbytes, "measure")
+        timed_here = self._takes_part(ranks)
         s = self._settings
         figures = dict(figures or {})
         messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
@@ -105,6 +109,7 @@ class Distbench:
                 pressure.start()
             if reporter is not None:
                 reporter.start()
+            started = time.perf_counter()
             try:
                 if s.duration_s is not None:
                     if self._run_for(timed, samples, s.duration_s, per_call):
@@ -115,6 +120,7 @@ class Distbench:
                         wanted = math.ceil(s.budget_s / per_call)
                         iterations = max(s.min_iterations, min(s.max_iterations, wanted))
                     self._run_count(timed, samples, iterations)
+                elapsed = time.perf_counter() - started
             finally:
                 if reporter is not None:
                     reporter.stop()  # first: its last line ends where the loop ended
@@ -133,6 +139,7 @@ class Distbench:
             busbw_factor=busbw_factor, warmup=s.warmup, samples=samples.tolist(), wrong=wrong,
             figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
+            timed=timed_here, elapsed_s=elapsed,
         )
 
     def record(
@@ -274,6 +281,16 @@ class Distbench:
         return max(1, min(1_000_000, int(chunk_s / max(per_call, 1e-9))))
 
     # -- pressure ---------------------------------------------------------------------------
+
+    def _takes_part(self, ranks: Iterable[int] | None) -> bool:
+        if ranks is None:
+            return True
+        chosen = sorted(set(ranks))
+        bad = [r for r in chosen if not (isinstance(r, int) and 0 <= r < self.world_size)]
+        if bad or not chosen:
+            raise ValueError(f"distbench.measure: ranks {chosen} must be a non-empty set of "
+                             f"ranks of a world of {self.world_size}")
+        return self.rank in chosen
 
     def _pressured(self, pressure_ranks: Iterable[int] | None) -> list[int]:
         if pressure_ranks is None:

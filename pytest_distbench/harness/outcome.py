@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from ..registry import completed_figures
+from ..results import sanity
 from ..results.document.schema import RecordError, check_record
 from ..results.statistics import stats
 from ..settings import Settings
 from . import options
+from .physical import machine_bounds
 from .pressure import memory_problem
 from .wire import (
     RANK_FIXTURES,
@@ -197,8 +199,11 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
         if reports:
             record["live_reports"] = reports
     _add_environment_section(item, records)
+    broken = _mark_invalid(records)
     if keep is not None:
         keep.extend(records)
+    if broken:
+        pytest.fail(label + broken, pytrace=False)
     wrong = sum(r["wrong"] or 0 for r in records)
     if wrong:
         pytest.fail(
@@ -208,6 +213,21 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             pytrace=False,
         )
     return records
+
+
+def _mark_invalid(records: list[dict[str, Any]]) -> str:
+    """Hold every record to the physical sanity rules; a record that breaks one is marked
+    `invalid` (kept in the results file, never shown as a figure). The failure text, or ""."""
+    lines = []
+    for record in records:
+        broken = sanity.violations(record, machine_bounds())
+        if broken:
+            record["invalid"] = broken
+            lines.append(f"{record['name']}: " + "; ".join(broken))
+    if not lines:
+        return ""
+    return ("a figure that is physically impossible is not printed (kept in the results file "
+            "marked invalid):\n" + "\n".join(lines))
 
 
 def describe_problems(result: RunResult, timeout_s: float) -> str:
@@ -317,7 +337,13 @@ def build_records(
             "duration_s": first.duration_s,
             "pressure": _pressure_record(ms),
         }
-        summarize_record(record, [m.samples for m in ms])
+        timed = [r for r, m in enumerate(ms) if m.timed]
+        if len(timed) < len(ms):
+            record["timed_ranks"] = timed
+        if all(m.elapsed_s is not None for m in ms):
+            record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
+        # An untimed rank's samples are an empty list: its loop is no figure of anything.
+        summarize_record(record, [m.samples if m.timed else [] for m in ms])
         record["figures"] = completed_figures(record)
         try:
             check_record(record)
@@ -329,8 +355,10 @@ def build_records(
 
 def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
-    as its slowest rank): samples, summary, bandwidths, skew, stalls."""
-    samples = stats.per_iteration_max(rank_samples)
+    as its slowest rank): samples, summary, bandwidths, skew, stalls. A rank whose list is
+    empty took no part (record["timed_ranks"]) and is left out of every figure."""
+    timed = [s for s in rank_samples if s]
+    samples = stats.per_iteration_max(timed)
     summary = stats.summarize(samples)
     nbytes = record.get("nbytes")
     algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
@@ -341,6 +369,6 @@ def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) ->
         summary=summary.as_dict(),
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
-        skew=stats.rank_skew(rank_samples),
+        skew=stats.rank_skew(timed),
         stalls=stats.stall_count(samples),
     )

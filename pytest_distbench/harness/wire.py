@@ -133,6 +133,12 @@ class Measurement:
     figures: dict[str, Any] = field(default_factory=dict)
     peak_rss_bytes: int | None = None  # this rank's RSS high-water mark during the measurement
     duration_s: float | None = None  # the requested duration of a duration-bound run
+    # False in a rank that takes no part in what is measured (one off a message path): it runs
+    # the loop to keep in step, and its times are no figure of anything.
+    timed: bool = True
+    # Seconds from the first timed iteration to the end of the last, in this rank's clock:
+    # what the sanity rules hold a duration run and a record's total time to.
+    elapsed_s: float | None = None
     # What pressure this rank ran during the timed region (None: none); with print_env, "env".
     pressure: dict[str, Any] | None = None
 

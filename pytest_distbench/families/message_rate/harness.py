@@ -106,4 +106,5 @@ def run_message_rate(
         },
         # The seed loads the computations, not the client.
         pressure_ranks=list(range(1, distbench.world_size)),
+        ranks=[path.sender, path.receiver],
     )

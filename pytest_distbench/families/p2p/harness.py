@@ -60,14 +60,17 @@ def measure_messages(
     check: Callable[[], int],
     figures: dict[str, Any],
     pressure_ranks: list[int] | None = None,
+    ranks: list[int] | None = None,
 ) -> None:
     """The one call of `distbench.measure` for the p2p and message-rate families.
 
     `pressure_ranks`: where CPU/memory pressure runs during the timed region (None = every
-    rank; the message-rate family pressures its computation ranks only).
+    rank; the message-rate family pressures its computation ranks only). `ranks`: the ranks
+    on a message path, the only ones timed (None = every rank).
     """
     distbench.measure(fn, nbytes=nbytes, count=nbytes, dtype="uint8", family=family,
-                      check=check, figures=figures, pressure_ranks=pressure_ranks)
+                      check=check, figures=figures, pressure_ranks=pressure_ranks,
+                      ranks=ranks)
 
 
 @dataclass
@@ -203,4 +206,4 @@ def run_p2p(
         figures["window"] = used_window
         figures["window_requested"] = window
     measure_messages(distbench, fn, nbytes=nbytes, family=member.name, check=check,
-                     figures=figures)
+                     figures=figures, ranks=sorted({r for pair in pairs for r in pair}))

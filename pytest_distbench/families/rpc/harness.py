@@ -80,6 +80,7 @@ def drive(
         check=(check or (lambda: 0)) if driving else (lambda: 0),
         name=name,
         figures=own,
+        ranks=[DRIVER],  # an iteration is the driver's call; the peer only serves it
     )
     if driving:
         measured = distbench.measurements[-1]

@@ -155,6 +155,14 @@ def merge_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
                              for rank in range(len(first["rank_samples"]))])
     if first.get("wrong") is not None:
         first["wrong"] = sum(r["wrong"] or 0 for r in records)
+    elapsed = [r.get("elapsed_s") for r in records]
+    first.pop("elapsed_s", None)
+    # The rounds' timed regions, one after another, per rank (a duration run's rounds were
+    # each held to the duration when they were judged).
+    if all(elapsed) and first.get("duration_s") is None:
+        first["elapsed_s"] = [None if any(e[rank] is None for e in elapsed)
+                              else sum(e[rank] for e in elapsed)
+                              for rank in range(len(elapsed[0]))]
     return first
 
 

@@ -60,9 +60,10 @@ class Gate:
         if len(self.runs) >= MIN_RUNS:
             return (f"{len(self.runs)} stored runs: verdicts judge each p50 against its learned "
                     "run-to-run spread")
-        return (f"{len(self.runs)} stored run(s): run-to-run noise unknown (append runs with "
-                f"--distbench-append; {MIN_RUNS} or more teach the gate each benchmark's "
-                "spread)")
+        return (f"{len(self.runs)} stored run(s): not gateable, run-to-run noise unknown: "
+                "changes are reported and fail nothing (append runs with --distbench-append; "
+                f"{MIN_RUNS} or more teach the gate each benchmark's spread, or gate in A/B "
+                "mode on a shared runner: docs/gating.md)")
 
     def failure_message(self, v: verdict.Verdict, current_samples: int) -> str:
         if v.z is not None:

@@ -65,6 +65,13 @@ class Verdict:
     def gateable(self) -> bool:
         return self.detectable is not None and self.detectable <= self.threshold
 
+    @property
+    def fails_session(self) -> bool:
+        """A regression the in-session stored gate may fail a test for: judged against stored
+        runs' learned run-to-run spread. One stored run says nothing of how far this machine
+        drifts between runs (docs/gating.md), so its verdicts are reported, never failed."""
+        return self.kind == "regression" and self.z is not None and self.gateable
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -122,6 +129,10 @@ def judge_records(
         kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
         detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
         noise = "within-run only: run-to-run noise unknown (1 stored run)"
+    if (kind in ("regression", "improvement") and change is not None and detectable is not None
+            and abs(change) < detectable):
+        # A change smaller than this comparison can tell from its own noise is not one.
+        kind = "unchanged"
     base_value = base["summary"][metric]
     cur_value = cur["summary"][metric]
     return Verdict(

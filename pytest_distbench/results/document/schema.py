@@ -45,8 +45,11 @@ class RecordError(ValueError):
 
 
 def records(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The benchmark records of a (validated) document, keyed by id, in file order."""
-    return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]}
+    """The benchmark records of a (validated) document that are figures, keyed by id, in file
+    order: a record marked invalid (it broke a physical sanity rule) is kept in the file and
+    never read as a figure."""
+    return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]
+            if not bench["distbench"].get("invalid")}
 
 
 def stored_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -169,10 +172,28 @@ def validate_record(record: dict[str, Any], where: str) -> None:
             _at(where, "rank_samples"),
             f"{len(rank_samples)} ranks of samples for world_size {record['world_size']}",
         )
+    invalid = record.get("invalid")
+    if invalid is not None and not (isinstance(invalid, list) and all(
+            isinstance(rule, str) for rule in invalid)):
+        raise SchemaError(_at(where, "invalid"), "expected a list of broken rules (strings)")
+    elapsed = record.get("elapsed_s")
+    if elapsed is not None and not (isinstance(elapsed, list) and all(
+            e is None or (is_number(e) and e >= 0) for e in elapsed)):
+        raise SchemaError(_at(where, "elapsed_s"),
+                          "expected a list of seconds (or null) per rank")
+    timed = record.get("timed_ranks")
+    if timed is not None and not (isinstance(timed, list) and timed and all(
+            _is_int(r) and 0 <= r < record["world_size"] for r in timed)):
+        raise SchemaError(_at(where, "timed_ranks"),
+                          "expected a non-empty list of ranks of the world, or null")
     for rank, values in enumerate(rank_samples):
         field = f"{_at(where, 'rank_samples')}[{rank}]"
         if not _is_time_list(values):
             raise SchemaError(field, "expected a list of numbers (seconds, finite, >= 0)")
+        if timed is not None and rank not in timed:
+            if values:
+                raise SchemaError(field, f"rank {rank} is not in timed_ranks and has samples")
+            continue
         if len(values) != len(samples):
             raise SchemaError(
                 field, f"has {len(values)} samples, samples has {len(samples)} (ragged "

@@ -88,6 +88,7 @@ def plot_document(document: dict[str, Any], out_dir: str | Path) -> list[Rendere
 def plot_records(records: Sequence[Record], environment: dict[str, Any],
                  out_dir: str | Path) -> list[Rendered]:
     plt = _pyplot()
+    records = [r for r in records if not r.get("invalid")]  # never a figure
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Rendered] = []

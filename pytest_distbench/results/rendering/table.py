@@ -18,6 +18,8 @@ def grouped(records: Iterable[dict[str, Any]]) -> list[tuple[GroupKey, list[dict
     each table's rows by size."""
     groups: dict[GroupKey, list[dict[str, Any]]] = {}
     for record in records:
+        if record.get("invalid"):  # broke a sanity rule: kept in the file, never a figure
+            continue
         key = (record["family"], record["backend"], record["world_size"], record["device"],
                record.get("placement") or "")
         groups.setdefault(key, []).append(record)

@@ -1,0 +1,95 @@
+"""The machine's own limits, measured once per process: what the sanity rules hold figures to.
+
+Measured in the process that judges the records (the controller, or rank 0 under a launcher),
+on first use, in well under a second: the fastest memory copy torch makes, and the shortest
+round trip of one byte between two processes through the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from functools import cache
+
+from ..results.sanity import MachineBounds
+
+COPY_REPEATS = 5
+# In cache and well out of it: the faster of the two bounds every host transfer.
+COPY_SIZES = (1 << 20, 64 << 20)
+ROUND_TRIPS = 2000
+ECHO_TIMEOUT_S = 20.0
+
+# The echo child: reads one byte, writes it back, until its input closes.
+_ECHO = (
+    "import os\n"
+    "while True:\n"
+    "    b = os.read(0, 1)\n"
+    "    if not b:\n"
+    "        break\n"
+    "    os.write(1, b)\n"
+)
+
+
+@cache
+def machine_bounds() -> MachineBounds:
+    return MachineBounds(copy_gbps=copy_gbps(), round_trip_s=shortest_round_trip_s())
+
+
+def measured_bounds() -> MachineBounds | None:
+    """The bounds if this process measured them (for the results file), else None."""
+    return machine_bounds() if machine_bounds.cache_info().currsize else None
+
+
+def copy_gbps() -> float | None:
+    """The fastest of COPY_REPEATS copies at each of COPY_SIZES, decimal GB/s."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    best = 0.0
+    for size in COPY_SIZES:
+        src = torch.ones(size, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        for _ in range(COPY_REPEATS):
+            began = time.perf_counter()
+            dst.copy_(src)
+            took = time.perf_counter() - began
+            if took > 0:
+                best = max(best, size / took / 1e9)
+    return best or None
+
+
+def shortest_round_trip_s() -> float | None:
+    """The shortest of ROUND_TRIPS one-byte round trips to a child process over pipes."""
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-S", "-c", _ECHO], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, bufsize=0)
+    except OSError:
+        return None
+    assert child.stdin is not None and child.stdout is not None
+    write_fd, read_fd = child.stdin.fileno(), child.stdout.fileno()
+    best = float("inf")
+    deadline = time.monotonic() + ECHO_TIMEOUT_S
+    try:
+        for _ in range(ROUND_TRIPS):
+            began = time.perf_counter()
+            os.write(write_fd, b"x")
+            if not os.read(read_fd, 1):
+                return None
+            best = min(best, time.perf_counter() - began)
+            if time.monotonic() > deadline:
+                break
+    except OSError:
+        return None
+    finally:
+        child.stdin.close()
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+    return best if best < float("inf") else None

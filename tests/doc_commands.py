@@ -1,0 +1,176 @@
+"""The command lines README.md and docs/*.md give, read from the docs themselves, and how each
+is run by tests/test_docs_commands.py: as written, plus a small budget.
+
+A command is one line of a fenced block (continued by a trailing backslash) that runs the
+product: `pytest ... --distbench ...`, `torchrun ... -m pytest --distbench ...`,
+`pytest-distbench ...`, or the srun/mpirun forms. Comments after `#` are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DOCS = ("README.md", "docs/*.md")
+LAUNCHERS = ("srun", "mpirun", "mpiexec")
+# What no machine of this project's CI has: another host, a scheduler, a GPU.
+ELSEWHERE = (
+    (lambda argv: argv[0] in LAUNCHERS, "needs a SLURM/MPI allocation; its environment is "
+     "simulated in tests/test_launcher_run.py"),
+    (lambda argv: any("HOST" in a or "host0" in a for a in argv), "needs a second machine; "
+     "two torchrun agents on loopback are run in tests/test_launcher_run.py"),
+    (lambda argv: "--backend=nccl" in argv, "needs a GPU (docs/gpu.md)"),
+)
+# Points whose own size makes them minutes long even at the smallest budget: run with -m slow.
+SLOW = (
+    (lambda argv: _world_sizes(argv) and max(_world_sizes(argv)) > 8,
+     "more ranks than the main job (10-80)"),
+    (lambda argv: any(a.startswith("--distbench-store-clients=") and max(
+        int(n) for n in a.split("=", 1)[1].split(",")) > 512 for a in argv),
+     "thousands of store clients"),
+    (lambda argv: _runs_everything(argv), "every suite (the main job's selection)"),
+)
+# A command written with "..." for "any suite" runs on this one.
+ANY_SUITE = ["--pyargs", "pytest_distbench.suites.test_collectives", "-k", "all_reduce",
+             "--tensor-size=1KiB"]
+# What a command with no selection of its own runs, beside the one run of everything: the
+# options it shows are the point, not the suites.
+ONE_SUITE = ["--pyargs", "pytest_distbench.suites.test_collectives", "-k", "all_reduce",
+             "--tensor-size=1KiB,64KiB"]
+BUDGET = ["--distbench-iterations=3", "--distbench-warmup=1", "--distbench-timeout=120s"]
+
+
+@dataclass
+class Command:
+    source: str  # file:line
+    text: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.source
+
+
+def documented_commands(root: Path) -> list[Command]:
+    found = []
+    for pattern in DOCS:
+        for path in sorted(root.glob(pattern)):
+            found += commands_in(path.read_text(encoding="utf-8"),
+                                 str(path.relative_to(root)))
+    return found
+
+
+def commands_in(markdown: str, name: str) -> list[Command]:
+    """Every command line of the fenced blocks of `markdown` that runs the product."""
+    out = []
+    fenced = False
+    pending: list[str] = []
+    start = 0
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            pending = []
+            continue
+        if not fenced:
+            continue
+        if not pending:
+            start = number
+        stripped = line.rstrip()
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1])
+            continue
+        pending.append(stripped)
+        text = " ".join(part.strip() for part in pending)
+        pending = []
+        command = parse(text, f"{name}:{start}")
+        if command is not None:
+            out.append(command)
+    return out
+
+
+def parse(text: str, source: str) -> Command | None:
+    try:
+        words = shlex.split(text, comments=True)
+    except ValueError:
+        return None
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    if not words or not _runs_product(words):
+        return None
+    return Command(source, text, words, env)
+
+
+def _runs_product(words: list[str]) -> bool:
+    if words[0] == "pytest-distbench":
+        return True
+    return words[0] in ("pytest", "torchrun", "python", *LAUNCHERS) and "--distbench" in words
+
+
+def where_not(command: Command) -> str | None:
+    """Why the command cannot run on this machine, or None."""
+    for rule, reason in ELSEWHERE:
+        if rule(command.argv):
+            return reason
+    return None
+
+
+def why_slow(command: Command) -> str | None:
+    for rule, reason in SLOW:
+        if rule(command.argv):
+            return reason
+    return None
+
+
+def runnable(command: Command, python: str) -> list[str]:
+    """The command as run here: its own words, "..." filled in, and a small budget."""
+    argv = list(command.argv)
+    if "..." in argv:
+        at = argv.index("...")
+        argv[at:at + 1] = ANY_SUITE
+    if argv[0] == "pytest-distbench":
+        return [python, "-m", "pytest_distbench.cli", *argv[1:]]
+    if argv[0] == "torchrun":
+        argv = [python, "-m", "torch.distributed.run", *argv[1:]]
+    elif argv[0] == "pytest":
+        argv = [python, "-m", "pytest", *argv[1:]]
+    if not _has_selection(argv) and not _runs_everything(command.argv):
+        argv += ONE_SUITE
+    argv += _budget(argv)
+    return argv
+
+
+def _budget(argv: list[str]) -> list[str]:
+    extra = ["-p", "no:cacheprovider"]
+    if any(a.startswith("--distbench-duration=") for a in argv):
+        extra += ["--distbench-duration=1s", "--distbench-timeout=120s"]
+        if any(a.startswith("--distbench-report-every=") for a in argv):
+            extra.append("--distbench-report-every=0.5s")
+        return extra
+    extra += BUDGET
+    if any(a.startswith("--distbench-rounds=") for a in argv) or any(
+            a.startswith("--distbench-baseline-") for a in argv):
+        extra.append("--distbench-rounds=3")
+    return extra
+
+
+def _has_selection(argv: list[str]) -> bool:
+    """A path, --pyargs or -k of its own."""
+    return "--pyargs" in argv or "-k" in argv or any(a.endswith(".py") for a in argv)
+
+
+def _runs_everything(argv: list[str]) -> bool:
+    """A plain `pytest --distbench` with the main job's world size and nothing selected."""
+    return (argv[0] in ("pytest", "torchrun") and not _has_selection(argv)
+            and any(a == "--world-size=8" for a in argv))
+
+
+def _world_sizes(argv: list[str]) -> list[int]:
+    for a in argv:
+        if a.startswith("--world-size="):
+            return [int(n) for n in a.split("=", 1)[1].split(",") if n.isdigit()]
+    return []

@@ -1,0 +1,170 @@
+"""Every command README.md and docs/*.md give runs, read from the docs (not copied from them).
+
+Each runs in a fresh copy of the repository (as a new user's checkout: the copy's own package
+is the one imported), with the files earlier steps of the docs would have left (a results file,
+a baseline, a user's benchmark file), as written plus a small budget (doc_commands.runnable).
+It must exit 0, print its tables or write its files, and leave no process behind. Commands that
+need another machine, a scheduler or a GPU are listed with where they are exercised instead;
+the whole main job and the 10-80 rank and thousands-of-clients sweeps run with -m slow.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doc_commands import (
+    Command,
+    commands_in,
+    documented_commands,
+    runnable,
+    where_not,
+    why_slow,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = documented_commands(ROOT)
+TIMEOUT_S = 420
+
+USER_BENCHMARK = '''
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.distbench
+@pytest.mark.parametrize("nbytes", [1024, 1 << 20])
+def test_all_reduce(distbench, nbytes):
+    x = torch.ones(nbytes // 4)
+    distbench.measure(lambda: dist.all_reduce(x), nbytes=nbytes, family="all_reduce",
+                      busbw_factor=2 * (distbench.world_size - 1) / distbench.world_size)
+'''
+
+
+def _params() -> list:
+    out = []
+    for command in COMMANDS:
+        elsewhere, slow = where_not(command), why_slow(command)
+        marks = [pytest.mark.skip(reason=elsewhere)] if elsewhere else []
+        if slow:
+            marks.append(pytest.mark.slow)
+        out.append(pytest.param(command, id=command.id, marks=marks))
+    return out
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkout as the docs' earlier steps leave it: results files and a baseline."""
+    base = tmp_path_factory.mktemp("docs-checkout")
+    repo = base / "repo"
+    repo.mkdir()
+    shutil.copytree(ROOT / "pytest_distbench", repo / "pytest_distbench",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, repo / name)
+    (repo / "bench_comms.py").write_text(USER_BENCHMARK)
+    # --distbench-baseline-python=../main/.venv/bin/python: main's checkout beside this one.
+    venv_bin = base / "main" / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    first = [sys.executable, "-m", "pytest", "--distbench", "--world-size=2",
+             "-p", "no:cacheprovider", "--pyargs", "pytest_distbench.suites.test_collectives",
+             "-k", "all_reduce", "--tensor-size=1KiB,64KiB", "--distbench-iterations=5"]
+    for extra in (["--distbench-json=run.json"], ["--distbench-save=main"]):
+        done = subprocess.run(first + extra, cwd=repo, env=_env(repo), capture_output=True,
+                              text=True, timeout=TIMEOUT_S)
+        assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("a.json", "b.json", "c.json"):
+        shutil.copy(repo / "run.json", repo / name)
+    return base
+
+
+def _env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(repo)
+    env["GITHUB_STEP_SUMMARY"] = str(repo / "step-summary.md")
+    env.update(extra or {})
+    return env
+
+
+@pytest.mark.parametrize("command", _params())
+def test_documented_command_runs(command: Command, template: Path, tmp_path: Path,
+                                 leak_tag: str) -> None:
+    checkout = tmp_path / "checkout"
+    shutil.copytree(template, checkout, symlinks=True)
+    repo = checkout / "repo"
+    if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
+        (repo / "baselines" / "main.json").unlink()
+    argv = runnable(command, sys.executable)
+    done = subprocess.run(argv, cwd=repo, env=_env(repo, command.env), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    shown = f"$ {' '.join(argv)}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, shown
+    _check_outputs(command, repo, done.stdout, shown)
+
+
+def _saves_anew(command: Command) -> bool:
+    return any(a == "--distbench-save=main" for a in command.argv) and not any(
+        a in ("--distbench-append", "--distbench-overwrite") for a in command.argv)
+
+
+def _check_outputs(command: Command, repo: Path, stdout: str, shown: str) -> None:
+    argv = command.argv
+    if argv[0] == "pytest-distbench" and argv[1] == "plot":
+        out = repo / argv[argv.index("--out") + 1]
+        assert list(out.glob("*.png")), shown
+        return
+    if argv[0] == "pytest-distbench":
+        assert stdout.strip() or (repo / "step-summary.md").exists(), shown
+        return
+    assert "distbench results" in stdout, shown
+    assert "\n# " in stdout, shown  # at least one table under its title
+    for option, what in (("--distbench-json=", "results file"),
+                         ("--distbench-markdown=", "markdown"),
+                         ("--distbench-plot=", "plots"), ("--junitxml=", "JUnit XML")):
+        for a in argv:
+            if a.startswith(option):
+                target = a.split("=", 1)[1].replace("$GITHUB_STEP_SUMMARY",
+                                                    str(repo / "step-summary.md"))
+                path = repo / target
+                assert path.exists() and (path.is_file() or any(path.iterdir())), (
+                    f"{what} {target} not written\n{shown}")
+
+
+def test_the_docs_give_commands_of_every_kind() -> None:
+    """The reader is not silently empty: the known commands are found."""
+    texts = {c.text for c in COMMANDS}
+    assert "pytest --distbench --world-size=8" in texts
+    assert any(c.argv[0] == "torchrun" for c in COMMANDS)
+    assert any(c.argv[0] == "pytest-distbench" for c in COMMANDS)
+    assert len(COMMANDS) >= 40
+
+
+def test_the_reader_joins_continued_lines_drops_comments_and_skips_prose() -> None:
+    markdown = "\n".join([
+        "pytest --distbench --world-size=2   (prose, not a command)",
+        "```",
+        "pytest --distbench --world-size=3 --pyargs x \\",
+        "    --distbench-duration=30s   # a comment",
+        "pytest                  # the test suite: not the product",
+        "RES_OPTIONS='timeout:1' pytest --distbench -k store",
+        "pytest-distbench compare a.json b.json",
+        "```",
+    ])
+    found = commands_in(markdown, "doc.md")
+    assert [c.source for c in found] == ["doc.md:3", "doc.md:6", "doc.md:7"]
+    assert found[0].argv == ["pytest", "--distbench", "--world-size=3", "--pyargs", "x",
+                             "--distbench-duration=30s"]
+    assert found[1].env == {"RES_OPTIONS": "timeout:1"}
+
+
+def test_commands_that_cannot_run_here_say_where_they_are_exercised() -> None:
+    elsewhere = [c for c in COMMANDS if where_not(c)]
+    assert all(c.argv[0] in ("srun", "mpirun", "mpiexec", "torchrun", "pytest")
+               for c in elsewhere)
+    runnable_here = [c for c in COMMANDS if not where_not(c)]
+    assert len(runnable_here) >= 3 * len(elsewhere)
