@@ -20,7 +20,7 @@ import pytest
 
 from ..registry import completed_figures
 from ..results.document.schema import RecordError, check_record
-from ..results.statistics import stats
+from ..results.statistics import interval, stats
 from ..settings import Settings
 from . import options
 from .pressure import memory_problem
@@ -329,7 +329,7 @@ def build_records(
 
 def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
-    as its slowest rank): samples, summary, bandwidths, skew, stalls."""
+    as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew, stalls."""
     samples = stats.per_iteration_max(rank_samples)
     summary = stats.summarize(samples)
     nbytes = record.get("nbytes")
@@ -339,6 +339,7 @@ def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) ->
         samples=samples,
         rank_samples=rank_samples,
         summary=summary.as_dict(),
+        p50_ci=interval.p50_interval(samples, summary.p50),
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
         skew=stats.rank_skew(rank_samples),
