@@ -13,7 +13,7 @@ from ..statistics.interval import half_width_pct, median_interval
 
 Record = dict[str, Any]
 
-TOO_FEW = "no CI: n<6"
+TOO_FEW = "no CI: n too small"
 
 
 def p50_bounds(record: Record) -> tuple[float, float] | None:
