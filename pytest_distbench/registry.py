@@ -62,6 +62,9 @@ class Family:
     tables: Mapping[str, TableStyle] = field(default_factory=dict)
     figures: Mapping[str, FigureDeriver] = field(default_factory=dict)
     plots: tuple[PlotSpec, ...] = ()
+    # What each table style's headline column is, for the table's title ("msgs/s: total
+    # messages / total time ± 95 % CI"); without one the nccl-tests style's is said.
+    headlines: Mapping[str, str] = field(default_factory=dict)
 
 
 @cache
@@ -94,6 +97,11 @@ def _by_record_family(kind: str) -> dict[str, Any]:
 def table_style(record_family: str) -> TableStyle | None:
     """The table style the family of these records registered, if any."""
     return _by_record_family("tables").get(record_family)
+
+
+def table_headline(record_family: str) -> str | None:
+    """What the headline column of this record family's own table style is, if it says."""
+    return _by_record_family("headlines").get(record_family)
 
 
 def completed_figures(record: Record) -> dict[str, Any]:

@@ -4,6 +4,8 @@ and the promise that the timed message loop allocates nothing per message."""
 from __future__ import annotations
 
 import math
+import random
+import re
 import tracemalloc
 
 import pytest
@@ -174,8 +176,26 @@ def test_osu_rate_and_arras_tables():
                                                  "path": "computation_to_client",
                                                  "transport": "rpc"}, wrong=3)
     row = tables.render_arras([mr]).splitlines()[2].split()
-    assert row == ["rpc", "computation_to_client", "1", "10", "200.00", "5,000.00", "0.0002", "200",
-                   "1.00", "3"]
+    # Two iterations are too few blocks for the rate's interval: the table says so.
+    assert row == ["rpc", "computation_to_client", "1", "10", "200.00", "(no", "CI:", "n", "too",
+                   "small)", "5,000.00", "0.0002", "200", "1.00", "3"]
+
+
+def test_a_whole_region_rate_carries_its_block_bootstrap_interval():
+    rng = random.Random(3)
+    samples = [1e-3 * (1 + rng.expovariate(4)) for _ in range(300)]
+    mr = _record("message_rate", 100, samples, {"messages_per_iteration": 64, "credits": 8,
+                                                "path": "client_to_computation"})
+    f = mr["figures"]
+    assert f["msgs_per_s_ci_low"] < f["msgs_per_s"] < f["msgs_per_s_ci_high"]
+    assert f["mbps_ci_low"] == pytest.approx(f["msgs_per_s_ci_low"] * 100 / 1e6)
+    half = (f["msgs_per_s_ci_high"] - f["msgs_per_s_ci_low"]) / 2
+    assert f["rate_ci_pct"] == pytest.approx(100 * half / f["msgs_per_s"], rel=0.05)
+    assert 0 < f["rate_ci_pct"] < 10
+    row = tables.render_arras([mr]).splitlines()[2]
+    assert re.search(r"[\d,.]+ ± [\d.]+ %", row)
+    few = rates.record_rates({**mr, "samples": samples[:15], "rank_samples": None})
+    assert few["rate_ci_pct"] is None and few["msgs_per_s_ci_low"] is None
 
 
 # --- the timed loop keeps nothing per message --------------------------------

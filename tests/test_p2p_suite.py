@@ -23,16 +23,18 @@ def test_p2p_suite_two_ranks_exact_sizes_window_and_rates(pytester, distbench_ru
     )
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines([
-        "# p2p_latency  backend=gloo  ranks=2  device=cpu",
-        "*size (B)*one-way p50 (us)*one-way p95 (us)*one-way mean (us)*#wrong*",
+        "# p2p_latency  backend=gloo  ranks=2  device=cpu  | one-way latency: p50 of the "
+        "ping-pong round trips / 2 ± 95 % CI",
+        "*size (B)*one-way p50 (us) ± 95% CI*one-way p95 (us)*one-way mean (us)*#wrong*",
         "*",
         "*1 *0*",
         "*1048577 *0*",
         "# one-way latency = round trip / 2*",
     ])
     result.stdout.fnmatch_lines([
-        "# p2p_bandwidth  backend=gloo  ranks=2  device=cpu",
-        "*size (B)*window*pairs*MB/s*MB/s p50*MB/s p95*msgs/s*#wrong*",
+        "# p2p_bandwidth  backend=gloo  ranks=2  device=cpu  | MB/s: total messages / total "
+        "time ± 95 % CI (block bootstrap)",
+        "*size (B)*window*pairs*MB/s ± 95% CI*MB/s p50*MB/s p95*msgs/s*#wrong*",
         "*",
         "*1 *4 *1 *0*",
         "*1048577 *4 *1 *0*",
@@ -91,8 +93,9 @@ def test_message_rate_paths_and_credits_skip_when_ranks_are_too_few(pytester, di
         "= computations; computation 1 sends to computation 2); this world has 2*",
     ])
     result.stdout.fnmatch_lines([
-        "# message_rate  backend=gloo  ranks=2  device=cpu",
-        "*path*size (B)*credits*msgs/s*us/msg*MB/s*msgs*time (s)*#wrong*",
+        "# message_rate  backend=gloo  ranks=2  device=cpu  | msgs/s: total messages / total "
+        "time ± 95 % CI (block bootstrap)",
+        "*path*size (B)*credits*msgs/s ± 95% CI*us/msg*MB/s*msgs*time (s)*#wrong*",
         "*",
         "*client_to_computation*1*1*0",
         "*client_to_computation*1*3*0",

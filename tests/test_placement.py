@@ -70,7 +70,8 @@ def test_pack_pins_every_thread_of_every_rank_to_one_cpu(pytester, distbench_run
     assert placement(pytester) == "pack"
     # Absolute times depend on it, so the table's title says so.
     result.stdout.fnmatch_lines(["# test_where  backend=gloo  ranks=2  device=cpu  "
-                                 "(ranks packed on one CPU)"])
+                                 "(ranks packed on one CPU)  | time: p50 of the slowest "
+                                 "rank per iteration ± 95 % CI"])
     for rank in where(pytester):
         assert rank["main"] == [USABLE[0]]
         assert len(rank["threads"]) > 1, "the rank should have backend threads"

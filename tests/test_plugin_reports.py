@@ -34,9 +34,10 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     result.assert_outcomes(passed=3, deselected=1)
     out = result.stdout.str()
     number = r"[0-9][0-9,]*(\.[0-9]+)?"
-    assert re.search(rf"test_all_gather\[gloo-ws2-4B\] PASSED p50 {number} us, busbw "
-                     rf"{number} GB/s", out), out
-    assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us", out), out
+    pct = r"± [0-9.]+ %"  # half the 95 % interval: 8 iterations are enough for one
+    assert re.search(rf"test_all_gather\[gloo-ws2-4B\] PASSED p50 {number} us {pct}, busbw "
+                     rf"{number} GB/s {pct}", out), out
+    assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us {pct}", out), out
     assert "test_all_gather[gloo-ws2-8B]" not in out
     assert "requested sizes 4 B, 8 B all move 8 B at 2 ranks: measured once, shown once" in out
 
@@ -44,8 +45,10 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     gather = props["test_all_gather[gloo-ws2-4B]"]
     assert gather["family"] == "all_gather" and gather["nbytes"] == "8"
     assert gather["requested_nbytes"] == "4,8" and gather["iterations"] == "8"
-    for name in ("p50_us", "p95_us", "algbw_gbps", "busbw_gbps"):
+    for name in ("p50_us", "p95_us", "algbw_gbps", "busbw_gbps", "p50_ci_pct"):
         assert float(gather[name]) > 0, name
+    assert (float(gather["p50_ci_low_us"]) <= float(gather["p50_us"])
+            <= float(gather["p50_ci_high_us"]))
     assert float(gather["busbw_gbps"]) == pytest.approx(float(gather["algbw_gbps"]) / 2,
                                                        rel=1e-3)  # (n-1)/n at 2 ranks
     barrier = props["test_barrier[gloo-ws2]"]
@@ -53,7 +56,8 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
 
     text = summary.read_text()
     assert text.startswith("# earlier step\n\n## pytest-distbench results")
-    assert "### all\\_gather · backend gloo · 2 ranks · cpu" in text
+    assert ("### all\\_gather · backend gloo · 2 ranks · cpu · time: p50 of the slowest rank "
+            "per iteration ± 95 % CI") in text
     assert re.search(r"\|\s+8 B\s+\|\s+2\s+\|\s+float32\s+\|", text)
     assert "> requested sizes 4 B, 8 B all move 8 B" in text
 

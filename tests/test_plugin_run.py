@@ -92,12 +92,15 @@ def test_results_file_holds_per_iteration_max_of_rank_samples(pytester, distbenc
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines([
         "*distbench results*",
-        "# all_reduce  backend=gloo  ranks=2  device=cpu",
-        "*size*count*type*p50 (us)*p95 (us)*algbw (GB/s)*busbw (GB/s)*#wrong*skew*stalls*",
-        "*1 KiB*256*float32*",
-        "*64 KiB*16384*float32*",
+        "# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
+        "rank per iteration ± 95 % CI",
+        "*size*count*type*p50 (us) ± 95% CI*mean (us) nccl-tests/PARAM*p95 (us)*algbw (GB/s)"
+        "*busbw (GB/s)*#wrong*skew*stalls*",
+        "*1 KiB*256*float32*± *%*",
+        "*64 KiB*16384*float32*± *%*",
         "# Avg bus bandwidth: * GB/s*",
-        "# test_custom  backend=gloo  ranks=2  device=cpu",
+        "# test_custom  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
+        "rank per iteration ± 95 % CI",
         f"*wrote results file {path}*",
     ])
     document = json.loads(path.read_text())

@@ -29,7 +29,8 @@ def test_latency_throughput_and_transports(pytester, distbench_run):
     assert "times are ROUND TRIPS" in out and "round trip p50 (us)" in out
     assert "MB/s (payload one way)" in out
     result.stdout.fnmatch_lines([
-        "# rpc_transports  backend=gloo  ranks=2  device=cpu",
+        "# rpc_transports  backend=gloo  ranks=2  device=cpu  | round trip: p50 of the slowest "
+        "rank per iteration ± 95 % CI",
         "*transport (round trip, ms)*4 B*64 KiB*why skipped*",
         "*",
         "*tensorpipe-shm*",

@@ -15,7 +15,8 @@ def test_builtin_suite_runs_checks_and_prints_seven_tables(pytester, distbench_r
         assert f"# {family}  backend=gloo  ranks=3  device=cpu" in out, family
     # nccl-tests byte accounting: 4 B requested, all_gather moves one float per rank = 12 B.
     result.stdout.fnmatch_lines([
-        "# all_gather  backend=gloo  ranks=3  device=cpu",
+        "# all_gather  backend=gloo  ranks=3  device=cpu  | time: p50 of the slowest "
+        "rank per iteration ± 95 % CI",
         "*",
         "*",
         "*12 B*3*float32*0*",
@@ -42,7 +43,8 @@ def test_wrong_result_fails_the_test_and_shows_in_wrong_column(pytester, distben
     result.stdout.fnmatch_lines([
         "*8 wrong element(s) in the checked result*a collective that computes the wrong "
         "answer is a failure, not a fast number*",
-        "# lies  backend=gloo  ranks=2  device=cpu",
+        "# lies  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
+        "rank per iteration ± 95 % CI",
         "*",
         "*",
         "*16 B*-*-*8*",

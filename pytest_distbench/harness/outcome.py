@@ -21,7 +21,7 @@ import pytest
 from ..registry import completed_figures
 from ..results import sanity
 from ..results.document.schema import RecordError, check_record
-from ..results.statistics import stats
+from ..results.statistics import interval, stats
 from ..settings import Settings
 from . import options
 from .physical import machine_bounds
@@ -355,8 +355,9 @@ def build_records(
 
 def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
-    as its slowest rank): samples, summary, bandwidths, skew, stalls. A rank whose list is
-    empty took no part (record["timed_ranks"]) and is left out of every figure."""
+    as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
+    stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of
+    every figure."""
     timed = [s for s in rank_samples if s]
     samples = stats.per_iteration_max(timed)
     summary = stats.summarize(samples)
@@ -367,6 +368,7 @@ def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) ->
         samples=samples,
         rank_samples=rank_samples,
         summary=summary.as_dict(),
+        p50_ci=interval.p50_interval(samples, summary.p50),
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
         skew=stats.rank_skew(timed),

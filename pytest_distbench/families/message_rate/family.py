@@ -11,6 +11,8 @@ FAMILY = Family(
     name="message_rate",
     tables={"message_rate": render_arras},
     figures={"message_rate": record_rates},
+    headlines={"message_rate": "msgs/s: total messages / total time ± 95 % CI "
+                               "(block bootstrap)"},
     plots=(
         PlotSpec(
             name="message_rate", families=("message_rate",),

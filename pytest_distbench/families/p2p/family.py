@@ -36,6 +36,11 @@ FAMILY = Family(
     settings=SETTINGS,
     tables=dict.fromkeys(MEMBERS, render_osu),
     figures=dict.fromkeys(MEMBERS, record_rates),
+    headlines={
+        "p2p_latency": "one-way latency: p50 of the ping-pong round trips / 2 ± 95 % CI",
+        **dict.fromkeys(MEMBERS[1:], "MB/s: total messages / total time ± 95 % CI "
+                        "(block bootstrap)"),
+    },
     plots=(
         PlotSpec(
             name="p2p_latency", families=("p2p_latency",), x=NBYTES, x_axis=SIZE,

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_distbench.results.statistics.interval import block_bootstrap_mean
 from pytest_distbench.results.statistics.stats import percentile
 
 #: A window never carries more than this many bytes (64 MiB): at 64 MiB messages a window of
@@ -73,7 +74,8 @@ def message_rates(
     if not samples:
         raise ValueError("no samples")
     k = messages_per_iteration
-    total_s = float(max(sum(r) for r in rank_samples) if rank_samples else sum(samples))
+    slowest = max(rank_samples, key=sum) if rank_samples else samples
+    total_s = float(sum(slowest))
     messages = k * len(samples)
     ordered = sorted(samples)
     p50, p95 = percentile(ordered, 50), percentile(ordered, 95)
@@ -90,7 +92,25 @@ def message_rates(
         "msgs_per_s_p95": _per_second(k, p95),
         "mbps_p50": None if p50 <= 0 else k * nbytes / p50 / 1e6,
         "mbps_p95": None if p95 <= 0 else k * nbytes / p95 / 1e6,
+        **rate_interval(slowest, k, nbytes),
     }
+
+
+def rate_interval(times: Sequence[float], k: int, nbytes: int) -> dict[str, Any]:
+    """The 95 % interval of the whole-region rate (k messages per iteration / the mean time
+    per iteration of the slowest rank): a block bootstrap of that mean (statistics/interval.py);
+    None where too few iterations give too few blocks."""
+    out: dict[str, Any] = dict.fromkeys(("msgs_per_s_ci_low", "msgs_per_s_ci_high",
+                                         "mbps_ci_low", "mbps_ci_high", "rate_ci_pct"))
+    bounds = block_bootstrap_mean(list(times))
+    if bounds is None or bounds[0] <= 0:
+        return out
+    mean = sum(times) / len(times)
+    low, high = k / bounds[1], k / bounds[0]
+    out.update(msgs_per_s_ci_low=low, msgs_per_s_ci_high=high,
+               mbps_ci_low=low * nbytes / 1e6, mbps_ci_high=high * nbytes / 1e6,
+               rate_ci_pct=100.0 * mean * (1 / bounds[0] - 1 / bounds[1]) / 2)
+    return out
 
 
 def one_way_latency(samples: Sequence[float]) -> dict[str, float]:

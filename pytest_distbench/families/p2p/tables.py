@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import units
+from ...results.rendering import ci
 
 _ALIGN = "right"
 
@@ -44,13 +45,14 @@ def _latency(records: list[dict[str, Any]]) -> str:
         f = r.get("figures") or {}
         rows.append([
             str(r["nbytes"]),
-            units.format_duration_us(f.get("one_way_us", float("nan")) / 1e6),
+            ci.with_pct(units.format_duration_us(f.get("one_way_us", float("nan")) / 1e6),
+                        ci.p50_pct(r)),
             units.format_duration_us(f.get("one_way_p95_us", float("nan")) / 1e6),
             units.format_duration_us(f.get("one_way_mean_us", float("nan")) / 1e6),
             _wrong(r),
             str(r["iterations"]),
         ])
-    headers = ["size (B)", "one-way p50 (us)", "one-way p95 (us)", "one-way mean (us)",
+    headers = ["size (B)", "one-way p50 (us) ± 95% CI", "one-way p95 (us)", "one-way mean (us)",
                "#wrong", "iters"]
     return (_table(rows, headers)
             + "\n# one-way latency = round trip / 2 (ping-pong, slowest rank per round trip)")
@@ -64,7 +66,7 @@ def _rates(records: list[dict[str, Any]]) -> str:
             str(r["nbytes"]),
             str(f.get("window", "-")),
             str(f.get("pairs", "-")),
-            _fmt(f.get("mbps")),
+            ci.with_pct(_fmt(f.get("mbps")), f.get("rate_ci_pct")),
             _fmt(f.get("mbps_p50")),
             _fmt(f.get("mbps_p95")),
             _fmt(f.get("msgs_per_s"), 0),
@@ -73,12 +75,12 @@ def _rates(records: list[dict[str, Any]]) -> str:
             _wrong(r),
             str(r["iterations"]),
         ])
-    headers = ["size (B)", "window", "pairs", "MB/s", "MB/s p50", "MB/s p95", "msgs/s",
+    headers = ["size (B)", "window", "pairs", "MB/s ± 95% CI", "MB/s p50", "MB/s p95", "msgs/s",
                "msgs/s p50", "msgs/s p95", "#wrong", "iters"]
     return (_table(rows, headers)
             + "\n# MB/s = 1e6 B/s over all pairs (and both directions for bibw); plain columns "
-              "= total messages / total time; p50/p95 = rate of the median / 95th-percentile "
-              "(slower) window")
+              "= total messages / total time (as OSU reports), its 95 % CI a block bootstrap over "
+              "windows; p50/p95 = rate of the median / 95th-percentile (slower) window")
 
 
 PATH_ORDER = ("client_to_computation", "computation_to_client", "computation_to_computation")
@@ -103,15 +105,16 @@ def render_arras(records: list[dict[str, Any]]) -> str:
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
-            _fmt(f.get("msgs_per_s")),
+            ci.with_pct(_fmt(f.get("msgs_per_s")), f.get("rate_ci_pct")),
             _fmt(f.get("us_per_msg")),
             _fmt(f.get("mbps")),
             str(f.get("total_messages", "-")),
             _fmt(f.get("total_s")),
             _wrong(r),
         ])
-    headers = ["transport", "path", "size (B)", "credits", "msgs/s", "us/msg", "MB/s", "msgs",
-               "time (s)", "#wrong"]
+    headers = ["transport", "path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s",
+               "msgs", "time (s)", "#wrong"]
     return (_table(rows, headers)
             + "\n# totals over the timed region: msgs/s = msgs / time, us/msg = time / msgs, "
-              "MB/s = 1e6 B/s; credits = messages sent before an acknowledgement is awaited")
+              "MB/s = 1e6 B/s; 95 % CI of msgs/s: block bootstrap over iterations; credits = "
+              "messages sent before an acknowledgement is awaited")

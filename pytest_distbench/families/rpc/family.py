@@ -32,6 +32,12 @@ FAMILY = Family(
     settings=SETTINGS,
     tables={"rpc_latency": render_latency, "rpc_throughput": render_throughput,
             "rpc_transports": render_transports, "agent_observer": render_agent_observer},
+    headlines={
+        "rpc_latency": "round trip: p50 of the slowest rank per iteration ± 95 % CI",
+        "rpc_throughput": "msgs/s: of the p50 iteration (slowest rank) ± 95 % CI",
+        "rpc_transports": "round trip: p50 of the slowest rank per iteration ± 95 % CI",
+        "agent_observer": "latency and throughput: percentiles of the per-request figures",
+    },
     plots=(
         PlotSpec(
             name="rpc_latency", families=("rpc_latency",), x=NBYTES, x_axis=SIZE,

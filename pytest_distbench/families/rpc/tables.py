@@ -13,6 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import units
+from ...results.rendering import ci
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
 
@@ -45,11 +46,14 @@ def render_latency(records: list[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         s, f = r["summary"], r["figures"]
-        rows.append([_size(r["nbytes"]), units.format_duration_us(s["p50"]),
+        rows.append([_size(r["nbytes"]),
+                     ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r)),
+                     units.format_duration_us(s["mean"]),
                      units.format_duration_us(s["p95"]), _figure(f.get("mbps")),
                      r["wrong"] if r["wrong"] is not None else "N/A",
                      f"{r['stalls']}/{r['iterations']}"])
-    return _table(rows, ["size", "round trip p50 (us)", "round trip p95 (us)",
+    return _table(rows, ["size", "round trip p50 (us) ± 95% CI", "mean (us)",
+                         "round trip p95 (us)",
                          "MB/s (payload both ways)", "#wrong", "stalls"]) + (
         "\n# rpc_sync to rank 1, which echoes the payload back: times are ROUND TRIPS; "
         "MB/s = 2 x size / p50")
@@ -61,9 +65,11 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
     for r in records:
         s, f = r["summary"], r["figures"]
         rows.append([_size(r["nbytes"]), f.get("credits", "-"), f.get("messages_per_iteration"),
-                     units.format_duration_us(s["p50"]), _fmt(f.get("msgs_per_s"), ",.0f"),
+                     units.format_duration_us(s["p50"]),
+                     ci.with_pct(_fmt(f.get("msgs_per_s"), ",.0f"), ci.rate_pct(r)),
                      _figure(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
-    return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)", "msgs/s",
+    return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
+                         "msgs/s ± 95% CI",
                          "MB/s (payload one way)", "stalls"]) + (
         "\n# rpc_async to rank 1 with at most `credits` unanswered; rates from the p50 "
         "iteration; MB/s = msgs/s x size / 1e6")
@@ -72,25 +78,29 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
 def render_transports(records: list[dict[str, Any]]) -> str:
     sizes = sorted({r["nbytes"] for r in records if r["nbytes"] is not None})
     cells: dict[str, dict[int, float]] = {}
+    pcts: dict[tuple[str, int], float | None] = {}
     for r in records:
-        cells.setdefault(r["figures"].get("transport", "?"), {})[r["nbytes"]] = r["summary"]["p50"]
+        transport = r["figures"].get("transport", "?")
+        cells.setdefault(transport, {})[r["nbytes"]] = r["summary"]["p50"]
+        pcts[transport, r["nbytes"]] = ci.p50_pct(r)
     rows = []
     for t in TRANSPORTS:
         if t.name in cells:
             rows.append([t.name] + [
-                _fmt(cells[t.name][n] * 1e3, ".4f") if n in cells[t.name] else "-"
-                for n in sizes])
+                ci.with_pct(_fmt(cells[t.name][n] * 1e3, ".4f"), pcts[t.name, n])
+                if n in cells[t.name] else "-" for n in sizes])
         else:
             reason = unavailable(t) or "not run in this session (deselected, or it failed)"
             rows.append([t.name] + ["skipped"] * len(sizes) + [reason])
     for name in sorted(set(cells) - set(BY_NAME)):
-        rows.append([name] + [_fmt(cells[name].get(n, 0) * 1e3, ".4f") for n in sizes])
+        rows.append([name] + [ci.with_pct(_fmt(cells[name][n] * 1e3, ".4f"), pcts[name, n])
+                              if n in cells[name] else "-" for n in sizes])
     headers = ["transport (round trip, ms)"] + [_size(n) for n in sizes]
     if any(len(row) > len(headers) for row in rows):
         headers.append("why skipped")
         rows = [row + [""] * (len(headers) - len(row)) for row in rows]
     return _table(rows, headers) + (
-        "\n# p50 of rank 0's round trip (payload there and back); ms = 1e-3 s")
+        "\n# p50 ± 95 % CI of the round trip (payload there and back); ms = 1e-3 s")
 
 
 def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:

@@ -30,6 +30,11 @@ FAMILY = Family(
     settings=SETTINGS,
     tables={"store_init": render_init, "store_barrier": render_barrier, "store_ops": render_ops,
             "store_routes": render_routes},
+    headlines={
+        "store_init": "init: one timed constructor per test (no CI from one sample)",
+        "store_barrier": "barrier: p50 of the rounds ± 95 % CI",
+        "store_ops": "latency: p50 of every client's operations ± 95 % CI",
+    },
     # tcpstore-libuv-backend.rst figures 1 and 2, and the operations.
     plots=(
         PlotSpec(

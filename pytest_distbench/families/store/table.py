@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from ...results.rendering import ci
 from . import plan
 
 
@@ -65,9 +66,11 @@ def render_barrier(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):
         f, s = r["figures"], r["summary"]
-        body.append([f.get("server_backend"), f.get("clients"), r["iterations"], _ms(s["p50"]),
+        body.append([f.get("server_backend"), f.get("clients"), r["iterations"],
+                     ci.with_pct(_ms(s["p50"]), ci.p50_pct(r)),
                      _ms(s["mean"]), _ms(s["p95"]), _ms(s["max"]), _s(f.get("init_s"))])
-    headers = ["backend", "clients", "rounds", "barrier p50 (ms)", "mean (ms)", "p95 (ms)",
+    headers = ["backend", "clients", "rounds", "barrier p50 (ms) ± 95% CI", "mean (ms)",
+               "p95 (ms)",
                "max (ms)", "init (s)"]
     return _table(body, headers) + (
         "\n# one store-based barrier of all clients, timed on the server's own client "
@@ -80,10 +83,11 @@ def render_ops(rows: list[dict[str, Any]]) -> str:
         f = r["figures"]
         op = f.get("op") if f.get("round_trip", True) else f"{f.get('op')} (send)"
         body.append([f.get("server_backend"), f.get("clients"), op,
-                     _us(f.get("latency_p50_s")), _us(f.get("latency_p95_s")),
+                     ci.with_pct(_us(f.get("latency_p50_s")), ci.p50_pct(r)),
+                     _us(f.get("latency_p95_s")),
                      _us(f.get("latency_max_s")), f"{f.get('ops_per_s', 0):.0f}",
                      r["wrong"] if r["wrong"] is not None else "N/A"])
-    headers = ["backend", "clients", "op", "p50 (us)", "p95 (us)", "max (us)", "ops/s",
+    headers = ["backend", "clients", "op", "p50 (us) ± 95% CI", "p95 (us)", "max (us)", "ops/s",
                "#wrong"]
     return _table(body, headers) + (
         "\n# latency = one operation's round trip from one client while all clients run "

@@ -20,7 +20,7 @@ _MAX_PARAM_DEPTH = 32
 NULLABLE_RECORD_FIELDS = (
     "nbytes", "count", "dtype", "busbw_factor", "warmup", "iterations",
     "algbw_gbps", "busbw_gbps", "wrong", "skew", "stalls", "threshold",
-    "duration_s", "peak_rss_bytes", "pressure",
+    "duration_s", "peak_rss_bytes", "pressure", "p50_ci",
 )  # fmt: skip
 
 
@@ -50,6 +50,8 @@ def normalize_record(record: dict[str, Any]) -> dict[str, Any]:
         out["peak_rss_bytes"] = [_plain_number(v) for v in out["peak_rss_bytes"]]
     if isinstance(out["pressure"], dict):
         out["pressure"] = json_safe(out["pressure"])
+    if isinstance(out["p50_ci"], dict):
+        out["p50_ci"] = json_safe(out["p50_ci"])
     if out.get("live_reports") is not None:
         out["live_reports"] = json_safe(out["live_reports"])
     return out

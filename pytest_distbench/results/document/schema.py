@@ -215,6 +215,24 @@ def validate_record(record: dict[str, Any], where: str) -> None:
             _at(where, "summary.n"),
             f"{_short(summary['n'])} does not match the {len(samples)} samples",
         )
+    _validate_p50_ci(record.get("p50_ci"), _at(where, "p50_ci"))
+
+
+def _validate_p50_ci(ci: Any, where: str) -> None:
+    """The p50's interval (optional: files written before it lack it, readers compute it)."""
+    if ci is None:
+        return
+    if not isinstance(ci, dict):
+        raise SchemaError(where, f"expected an object or null, got {_json_type(ci)}")
+    for key in ("low", "high", "half_width_pct"):
+        value = ci.get(key)
+        if value is not None and not (is_number(value) and value >= 0):
+            raise SchemaError(_at(where, key),
+                              f"expected a non-negative number or null, got {_short(value)}")
+    if (ci.get("low") is None) != (ci.get("high") is None):
+        raise SchemaError(where, "expected both low and high, or neither")
+    if ci.get("low") is not None and ci["low"] > ci["high"]:
+        raise SchemaError(where, f"low {_short(ci['low'])} above high {_short(ci['high'])}")
 
 
 def _validate_run_extras(record: dict[str, Any], where: str) -> None:

@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import ci
+
 Property = tuple[str, Any]
 
 
@@ -21,6 +23,7 @@ def record_properties(record: Mapping[str, Any], verdict: Any = None,
     for q in ("p50", "p95"):
         if _finite(summary.get(q)):
             props.append((f"{q}_us", round(summary[q] * 1e6, 6)))
+    props += _p50_ci(record)
     for key in ("algbw_gbps", "busbw_gbps"):
         if _finite(record.get(key)):
             props.append((key, _round(record[key])))
@@ -37,6 +40,17 @@ def record_properties(record: Mapping[str, Any], verdict: Any = None,
         if _finite(verdict.p_value):
             props.append(("p_value", float(f"{verdict.p_value:.3g}")))
     return [(prefix + name, value) for name, value in props if value is not None]
+
+
+def _p50_ci(record: Mapping[str, Any]) -> list[Property]:
+    """p50_ci_low_us, p50_ci_high_us, p50_ci_pct: the p50's 95 % interval (none: too few
+    samples for one)."""
+    bounds = ci.p50_bounds(dict(record))
+    if bounds is None:
+        return [("p50_ci", ci.TOO_FEW)]
+    return [("p50_ci_low_us", round(bounds[0] * 1e6, 6)),
+            ("p50_ci_high_us", round(bounds[1] * 1e6, 6)),
+            ("p50_ci_pct", _round(ci.p50_pct(dict(record)) or 0.0))]
 
 
 def properties(records: Sequence[Mapping[str, Any]],

@@ -25,8 +25,10 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
     lines += [f"_{table.LEGEND}_", ""]
     for (family, backend, world_size, device, placement), rows in table.grouped(records):
         note = table.placement_note(placement)
+        said = table.headline(family)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
-                  f"{_cell(device)}" + (f" · {note}" if note else ""), ""]
+                  f"{_cell(device)}" + (f" · {note}" if note else "")
+                  + (f" · {_cell(said)}" if said else ""), ""]
         style = registry.table_style(family)
         if style is None:
             lines += _table_and_notes(table.render_group(rows, "github"))

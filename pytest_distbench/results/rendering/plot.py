@@ -228,7 +228,7 @@ def _line_label(series: str, value: str, n_series: int, n_values: int) -> str:
 def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: str,
                style: str, label: str) -> tuple[int, bool]:
     """Draw one line (and its band); return (lines drawn, whether a band was drawn)."""
-    xs, ys, lows, highs = [], [], [], []
+    xs, ys, lows, highs, bars = [], [], [], [], []
     for record in rows:
         x, y = spec.x.at(record), value.at(record)
         if x is None or y is None or (spec.x_axis.log and x <= 0) or y <= 0:
@@ -238,9 +238,14 @@ def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: 
         ys.append(y)
         lows.append(band[0] if band else y)
         highs.append(band[1] if band else y)
+        interval = value.interval(record)
+        bars.append((y - interval[0], interval[1] - y) if interval else (0.0, 0.0))
     if not xs:
         return 0, False
     ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=_text(label))
+    if any(low or high for low, high in bars):  # the p50's 95 % interval, as error bars
+        ax.errorbar(xs, ys, yerr=[[max(0.0, b[0]) for b in bars], [max(0.0, b[1]) for b in bars]],
+                    fmt="none", ecolor=colour, elinewidth=1.2, capsize=3)
     banded = any(lo != hi for lo, hi in zip(lows, highs, strict=True))
     if banded:
         ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, linewidth=0)

@@ -23,6 +23,7 @@ from typing import Any
 
 from ... import registry
 from ..statistics.stats import percentile
+from .ci import p50_bounds, pct_text
 
 Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]
@@ -85,8 +86,29 @@ class Value:
             return None
         return (min(low, high), max(low, high))
 
+    def interval(self, record: Record) -> tuple[float, float] | None:
+        """(low, high) of the value at the p50's 95 % interval (order statistics, so any
+        monotone function of the time takes the same two samples); None for a plain field or
+        too few samples."""
+        bounds = p50_bounds(record) if self.of_time is not None else None
+        if bounds is None:
+            return None
+        ends = [self._at_time(record, seconds) for seconds in bounds]
+        if ends[0] is None or ends[1] is None:
+            return None
+        return (min(ends), max(ends))
+
+    def interval_pct(self, record: Record) -> float | None:
+        """Half the interval's width in percent of the value (what `± x %` prints)."""
+        ends, value = self.interval(record), self.at(record)
+        if ends is None or value is None or value <= 0:
+            return None
+        return 100.0 * (ends[1] - ends[0]) / 2 / value
+
     def _of(self, record: Record, q: float) -> float | None:
-        seconds = time_percentile(record, q)
+        return self._at_time(record, time_percentile(record, q))
+
+    def _at_time(self, record: Record, seconds: float | None) -> float | None:
         if seconds is None or seconds <= 0 or self.of_time is None:
             return None
         value = _number(self.of_time(record, seconds))
@@ -124,7 +146,12 @@ class Headline:
 
     def text(self, record: Record) -> str | None:
         v = self.value.at(record)
-        return None if v is None else f"{self.label} {significant(v)} {self.unit}".rstrip()
+        if v is None:
+            return None
+        text = f"{self.label} {significant(v)} {self.unit}".rstrip()
+        if self.value.of_time is None:  # a family's own figure: no interval of ours
+            return text
+        return f"{text} {pct_text(self.value.interval_pct(record))}"
 
 
 @dataclass(frozen=True)
@@ -195,7 +222,7 @@ def headline(records: Sequence[Record]) -> str:
 
 SIZE = Axis("message size", "bytes", size=True)
 TIME_US = Axis("time per iteration", "us")
-P50 = "p50, band p5-p95 of the iterations"
+P50 = "p50, bars its 95 % CI (order statistics), band p5-p95 of the iterations"
 
 
 def time_us(record: Record, seconds: float) -> float:

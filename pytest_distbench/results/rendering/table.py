@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import registry, units
+from . import ci
 from .plot_spec import significant
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
@@ -37,20 +38,39 @@ def placement_note(placement: str) -> str | None:
     return _PLACEMENT_NOTES.get(placement)
 
 
+# What the nccl-tests style table's headline is; every table's title says its own.
+HEADLINE = "time: p50 of the slowest rank per iteration ± 95 % CI"
+
+
+def headline(family: str) -> str | None:
+    """The headline statistic a family's table shows (its title says it); None when its
+    own style headlines no statistic."""
+    if registry.table_style(family) is None:
+        return HEADLINE
+    return registry.table_headline(family)
+
+
+def title(family: str, backend: str, world_size: int, device: str, placement: str) -> str:
+    """`# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of ...`"""
+    text = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
+    note = placement_note(placement)
+    if note:
+        text += f"  ({note})"
+    said = headline(family)
+    return text + (f"  | {said}" if said else "")
+
+
 def render_tables(records: Iterable[dict[str, Any]]) -> str:
     blocks = []
     for (family, backend, world_size, device, placement), rows in grouped(records):
-        title = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
-        note = placement_note(placement)
-        if note:
-            title += f"  ({note})"
+        title_line = title(family, backend, world_size, device, placement)
         # A family with a table style of its own (OSU, arras, ...) uses it; the rest print
         # nccl-tests style.
         text = (registry.table_style(family) or render_group)(rows)
         if _pressured(rows) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
             text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
-        blocks.append(title + "\n" + text)
+        blocks.append(title_line + "\n" + text)
     return "\n\n".join(blocks)
 
 
@@ -80,7 +100,8 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
                 _size(r["nbytes"]),
                 r["count"] if r["count"] is not None else "-",
                 r["dtype"] or "-",
-                units.format_duration_us(s["p50"]),
+                ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r)),
+                units.format_duration_us(s["mean"]),
                 units.format_duration_us(s["p95"]),
                 _gbps(r["algbw_gbps"]),
                 _gbps(r["busbw_gbps"]),
@@ -90,7 +111,8 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
             ]
         )
     headers = [
-        "size", "count", "type", "p50 (us)", "p95 (us)", "algbw (GB/s)", "busbw (GB/s)",
+        "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", "algbw (GB/s)",
+        "busbw (GB/s)",
         "#wrong", "skew", "stalls",
     ]
     if _pressured(rows):  # memory is worth a column when the run put pressure on it
@@ -104,6 +126,10 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
         text += f"\n# Avg bus bandwidth: {_gbps(average)} GB/s (decimal, from p50)"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
     return text
+
+
+P50_HEADER = "p50 (us) ± 95% CI"
+MEAN_HEADER = "mean (us) nccl-tests/PARAM"
 
 
 def merged_size_notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -132,6 +158,9 @@ def _gbps(value: float | None) -> str:
 
 
 LEGEND = (
-    "times are per iteration, slowest rank per iteration; GB/s = 1e9 bytes/s; "
-    "skew = slowest rank p50 / median rank p50; stalls = iterations slower than 5x p50"
+    "times are per iteration, slowest rank per iteration; headline = p50 ± half the 95 % "
+    "confidence interval of the median (order statistics), in % of the p50; mean = what "
+    "nccl-tests and PARAM comms print (stalls pull it up); bandwidths from the p50; "
+    "GB/s = 1e9 bytes/s; skew = slowest rank p50 / median rank p50; stalls = iterations "
+    "slower than 5x p50"
 )

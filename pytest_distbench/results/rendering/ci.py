@@ -1,0 +1,59 @@
+"""A record's headline interval as the tables, JUnit and plots print it: `p50 ± x %`.
+
+The interval is the record's `p50_ci` (statistics/interval.py says how it is made); a record
+from a file written before it existed gets it from its samples, the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..statistics.interval import half_width_pct, median_interval
+
+Record = dict[str, Any]
+
+TOO_FEW = "no CI: n too small"
+
+
+def p50_bounds(record: Record) -> tuple[float, float] | None:
+    """(low, high) seconds of the p50's 95 % interval, or None with too few samples."""
+    stored = record.get("p50_ci")
+    if isinstance(stored, dict) and "low" in stored:
+        low, high = stored.get("low"), stored.get("high")
+        return None if low is None or high is None else (float(low), float(high))
+    samples = record.get("samples") or []
+    return median_interval(samples) if samples else None
+
+
+def p50_pct(record: Record) -> float | None:
+    """Half the p50 interval's width, percent of the p50 (None: no interval)."""
+    bounds = p50_bounds(record)
+    p50 = (record.get("summary") or {}).get("p50")
+    if bounds is None or not isinstance(p50, (int, float)):
+        return None
+    return half_width_pct(*bounds, p50)
+
+
+def rate_pct(record: Record) -> float | None:
+    """Half-width percent of a rate of the p50 iteration (k / time): the same order
+    statistics, inverted, so the rate's interval is [k / high, k / low]."""
+    bounds = p50_bounds(record)
+    p50 = (record.get("summary") or {}).get("p50")
+    if bounds is None or not isinstance(p50, (int, float)) or bounds[0] <= 0 or p50 <= 0:
+        return None
+    return 100.0 * p50 * (1 / bounds[0] - 1 / bounds[1]) / 2
+
+
+def pct_text(pct: float | None) -> str:
+    """`± 4.1 %` (two significant digits), or why there is none."""
+    if pct is None or not math.isfinite(pct):
+        return f"({TOO_FEW})"
+    if pct >= 10:
+        return f"± {pct:.0f} %"
+    return f"± {pct:.2g} %"
+
+
+def with_pct(text: str, pct: float | None) -> str:
+    """`359 ± 4.1 %`."""
+    return f"{text} {pct_text(pct)}"
