@@ -17,7 +17,7 @@ from . import table
 
 
 def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None = None,
-           comparison: Any = None) -> str:
+           comparison: Any = None, *, memory: bool = False) -> str:
     records = list(records)
     lines = ["## pytest-distbench results", ""]
     if environment:
@@ -25,11 +25,13 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
     lines += [f"_{table.LEGEND}_", ""]
     for (family, backend, world_size, device, placement), rows in table.grouped(records):
         note = table.placement_note(placement)
+        timing = table.timing_note(rows)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
-                  f"{_cell(device)}" + (f" · {note}" if note else ""), ""]
+                  f"{_cell(device)}" + (f" · {note}" if note else "")
+                  + (f" · {timing}" if timing else ""), ""]
         style = registry.table_style(family)
         if style is None:
-            lines += _table_and_notes(table.render_group(rows, "github"))
+            lines += _table_and_notes(table.render_group(rows, "github", memory=memory))
         else:
             lines += ["```text", style(rows), "```"]
         lines.append("")
