@@ -19,11 +19,13 @@ import torch
 import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from results_data import benchmark_record
+from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench.harness import cuda_timing
 from pytest_distbench.harness.measure import Distbench
 from pytest_distbench.harness.wire import MeasureSettings
+from pytest_distbench.results.comparison.verdict import compare_documents
+from pytest_distbench.results.document import make_document
 from pytest_distbench.results.document.schema import RecordError, check_record
 from pytest_distbench.results.rendering import markdown
 from pytest_distbench.results.rendering.table import render_tables, timing_note
@@ -493,3 +495,20 @@ def test_cuda_options_on_a_cpu_world(pytester, distbench_run):
     assert len(record["peak_rss_bytes"]) == 2
     text = result.stdout.str()
     assert "GPU peak alloc/rank (MiB)" in text and "timing=" not in text
+
+
+def test_a_comparison_across_timings_says_so():
+    # An old CUDA baseline (no timing field: synchronized per call) against batch timing is
+    # flagged; CPU records from before the field, and samples a test timed itself, are not.
+    old_cuda = dict(cuda_record(4, "cuda-batch", 20), timing=None)
+    old_cpu = dict(benchmark_record(8, [1e-5, 2e-5]), id="cpu")
+    own = dict(cuda_record(16, "test", None), id="own")
+    baseline = make_document([old_cuda, old_cpu, dict(own, timing=None)], ENVIRONMENT, [])
+    current = make_document([cuda_record(4, "cuda-batch", 20), dict(old_cpu, timing="host-each"),
+                             own], ENVIRONMENT, [])
+    lines = [line for line in compare_documents(baseline, current, threshold=0.1)
+             .fingerprint_differences if line.startswith("timing")]
+    assert lines == ["timing: cuda-each (baseline) vs cuda-batch (current) for 1 benchmark(s); "
+                     "the two measure different things (docs/gpu.md)"]
+    assert not [line for line in compare_documents(current, current, threshold=0.1)
+                .fingerprint_differences if line.startswith("timing")]
