@@ -35,7 +35,9 @@ class Distbench:
 
     Warm-up calls run untimed; all ranks then agree on the iteration count and meet at a
     barrier, and every timed iteration is timed on its own, so the controller can take the
-    slowest rank per iteration (a collective lasts as long as its slowest rank).
+    slowest rank per iteration (a collective lasts as long as its slowest rank). In a CUDA
+    world with batch timing (the default there, docs/gpu.md) a timed "iteration" is a batch
+    of back-to-back calls between two CUDA events, its sample the time per call.
     """
 
     def __init__(
@@ -262,8 +264,8 @@ class Distbench:
         per_call = self._agreed_per_call(probe, [probe() for _ in range(3)])
         batch = cuda_timing.batch_size(s.cuda_batch, per_call)
         if not graph:
-            return cuda_timing.BatchTimer(cuda_timing.eager_batch(call, batch), batch, cuda), \
-                per_call * batch, batch
+            eager = cuda_timing.BatchTimer(cuda_timing.eager_batch(call, batch), batch, cuda)
+            return eager, per_call * batch, batch
         timer = cuda_timing.BatchTimer(self._captured(call, batch), batch, cuda)
         # A replay is faster than the eager batch that sized it: the budget and duration loops
         # plan with the replay's own time (the first replay also uploads the graph).
