@@ -512,3 +512,53 @@ def test_a_comparison_across_timings_says_so():
                      "the two measure different things (docs/gpu.md)"]
     assert not [line for line in compare_documents(current, current, threshold=0.1)
                 .fingerprint_differences if line.startswith("timing")]
+
+
+def _agreeing_rank(rank: int, store_path: str, results) -> None:
+    try:
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank,
+                                world_size=2)
+        cuda = FakeCuda()
+        settings = MeasureSettings(warmup=1, iterations=None, min_iterations=1,
+                                   max_iterations=10_000, budget_s=0.4, dtype="float32")
+        b = Distbench(rank=rank, world_size=2, backend="nccl", device=torch.device("cuda"),
+                      group=dist.group.WORLD, control_group=dist.group.WORLD,
+                      settings=settings, cuda=cuda)
+        cost = 10e-6 if rank == 0 else 50e-6  # rank 1 is five times slower per call
+        b.measure(lambda: cuda.work(cost), nbytes=4)
+        m = b.measurements[0]
+        results.put((rank, (m.batch_iterations, len(m.samples)), None))
+    except BaseException:  # noqa: BLE001 - handed to the test, which fails with it
+        import traceback
+
+        results.put((rank, None, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_ranks_agree_on_the_batch_size_and_count_from_the_slowest(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_agreeing_rank, args=(r, str(tmp_path / "store"), results),
+                         daemon=True) for r in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        got = {}
+        for _ in procs:
+            rank, out, err = results.get(timeout=120)
+            assert err is None, f"rank {rank} raised:\n{err}"
+            got[rank] = out
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+    # 2 ms / 50 us = 40 calls per batch (rank 0 alone would ask for 200), and 0.4 s / (40 x
+    # 50 us) = 200 batches, in both ranks.
+    assert got == {0: (40, 200), 1: (40, 200)}
