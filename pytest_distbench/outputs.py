@@ -32,6 +32,10 @@ def add_options(group: Any) -> None:
     group.addoption("--distbench-markdown", metavar="PATH", default=None,
                     help="append the result tables (and the comparison) as GitHub markdown "
                          "to PATH, e.g. \"$GITHUB_STEP_SUMMARY\"")
+    group.addoption("--distbench-gpu-memory", action="store_true", default=False,
+                    help="show each rank's peak GPU memory (allocated and reserved by the "
+                         "caching allocator) beside its peak RSS in the result tables; every "
+                         "CUDA record stores them either way")
 
 
 def configure(config: pytest.Config) -> None:
@@ -109,7 +113,8 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
         _write_plots(distbench, document, Path(plot_dir), gate_document)
     markdown_path = config.getoption("distbench_markdown")
     if markdown_path:
-        _write_markdown(distbench, document, Path(markdown_path))
+        _write_markdown(distbench, document, Path(markdown_path),
+                        memory=config.getoption("distbench_gpu_memory"))
     return not distbench.output_errors
 
 
@@ -120,7 +125,8 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         tr.section("distbench results")
         tr.line(LEGEND)
         tr.line("")
-        tr.line(render_tables(distbench.records))
+        tr.line(render_tables(distbench.records,
+                              memory=config.getoption("distbench_gpu_memory")))
     if distbench.world_starts:
         starts = ", ".join(f"{key} {seconds:.2f} s" for key, seconds in distbench.world_starts)
         tr.line("")
@@ -167,12 +173,14 @@ def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
     distbench.notes.append(f"distbench: wrote {len(written)} plot(s) to {out}: {names}")
 
 
-def _write_markdown(distbench: Session, document: dict[str, Any], path: Path) -> None:
+def _write_markdown(distbench: Session, document: dict[str, Any], path: Path, *,
+                    memory: bool = False) -> None:
     from .results import document as storage
     from .results.rendering import markdown
 
     text = markdown.render(storage.records(document).values(),
-                           document["distbench"]["environment"], distbench.comparison)
+                           document["distbench"]["environment"], distbench.comparison,
+                           memory=memory)
     try:
         markdown.append(path, text)
     except OSError as exc:

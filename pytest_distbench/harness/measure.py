@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from . import rss
+from . import cuda_timing, rss
 from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
 from .wire import Measurement, MeasureSettings, Progress
@@ -33,7 +35,9 @@ class Distbench:
 
     Warm-up calls run untimed; all ranks then agree on the iteration count and meet at a
     barrier, and every timed iteration is timed on its own, so the controller can take the
-    slowest rank per iteration (a collective lasts as long as its slowest rank).
+    slowest rank per iteration (a collective lasts as long as its slowest rank). In a CUDA
+    world with batch timing (the default there, docs/gpu.md) a timed "iteration" is a batch
+    of back-to-back calls between two CUDA events, its sample the time per call.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class Distbench:
         settings: MeasureSettings,
         progress: Callable[[Progress], None] | None = None,
         pressure_cpus: Iterable[int] | None = None,
+        cuda: Any = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -60,7 +65,11 @@ class Distbench:
         self._progress = progress  # rank 0's way to the controller during a test
         self._pressure_cpus = tuple(pressure_cpus) if pressure_cpus else None
         self.measurements: list[Measurement] = []
+        # Every CUDA call goes through this, torch.cuda unless a test hands in a fake one.
+        self._cuda = cuda if cuda is not None else torch.cuda
+        self._on_cuda = device.type == "cuda"
         rss.reset_peak()  # a test's memory peak starts with the test
+        self._reset_gpu_peak()
 
     def measure(
         self,
@@ -92,10 +101,24 @@ class Distbench:
         figures = dict(figures or {})
         messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
         pressured = self._pressured(pressure_ranks)
+        if s.cuda_graph:
+            # Every rank sees the same device type: all skip here, before any collective.
+            reason = cuda_timing.graph_unsupported(self.device.type, self.backend)
+            if reason:
+                pytest.skip(reason)
         rss.reset_peak()
-        timed = self._timer(fn)
-        warm = [timed() for _ in range(s.warmup)]
-        per_call = self._agreed_per_call(timed, warm) if s.iterations is None or s.duration_s else 0
+        self._reset_gpu_peak()
+        timing = cuda_timing.timing_label(self.device.type, s.cuda_timing, s.cuda_graph)
+        batch = None
+        if timing in (cuda_timing.CUDA_BATCH, cuda_timing.CUDA_GRAPH):
+            # One sample = one batch's per-iteration time; per_call is then per batch, so the
+            # count, budget and duration loops below need no batch case of their own.
+            timed, per_call, batch = self._batch_timer(fn, graph=timing == cuda_timing.CUDA_GRAPH)
+        else:
+            timed = self._timer(fn)
+            warm = [timed() for _ in range(s.warmup)]
+            per_call = (self._agreed_per_call(timed, warm) if s.iterations is None or s.duration_s
+                        else 0)
         pressure = self._prepare_pressure(pressured)
         samples = array("d")
         try:
@@ -103,7 +126,8 @@ class Distbench:
             dist.barrier(group=self._control)
             reporter = None
             if self.rank == 0 and self._progress is not None and s.report_every_s:
-                reporter = Reporter(self._progress, s.report_every_s, samples, name=name,
+                done = samples if batch is None else _Iterations(samples, batch)
+                reporter = Reporter(self._progress, s.report_every_s, done, name=name,
                                     nbytes=nbytes, figures=figures)
             if pressure is not None:
                 pressure.start()
@@ -139,7 +163,7 @@ class Distbench:
             busbw_factor=busbw_factor, warmup=s.warmup, samples=samples.tolist(), wrong=wrong,
             figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
-            timed=timed_here, elapsed_s=elapsed,
+            timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
         )
 
     def record(
@@ -165,21 +189,33 @@ class Distbench:
         self._keep(
             name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
             busbw_factor=busbw_factor, warmup=0, samples=[float(s) for s in samples],
-            wrong=wrong, figures=dict(figures or {}),
+            wrong=wrong, figures=dict(figures or {}), timing=cuda_timing.TEST_TIMED,
         )
 
     def _keep(self, *, dtype: str | torch.dtype | None, busbw_factor: float,
               **fields: Any) -> None:
-        """One finished measurement, with this rank's peak RSS since the last one."""
+        """One finished measurement, with this rank's peak RSS (and GPU memory) since the
+        last one."""
+        allocated = reserved = None
+        if self._on_cuda:
+            allocated = int(self._cuda.max_memory_allocated(self.device))
+            reserved = int(self._cuda.max_memory_reserved(self.device))
         self.measurements.append(
             Measurement(
                 dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
                 busbw_factor=float(busbw_factor),
                 peak_rss_bytes=rss.peak_bytes(),
+                peak_gpu_allocated_bytes=allocated,
+                peak_gpu_reserved_bytes=reserved,
                 **fields,
             )
         )
         rss.reset_peak()
+        self._reset_gpu_peak()
+
+    def _reset_gpu_peak(self) -> None:
+        if self._on_cuda:
+            self._cuda.reset_peak_memory_stats(self.device)
 
     def _check_new(self, name: str | None, nbytes: int | None, what: str) -> None:
         if nbytes is not None and nbytes < 0:
@@ -199,7 +235,7 @@ class Distbench:
         clock = time.perf_counter
         device = self.device
         # A CUDA launch returns before the work is done: a host clock needs the device drained.
-        drain = torch.cuda.synchronize if device.type == "cuda" else None
+        drain = self._cuda.synchronize if self._on_cuda else None
 
         def timed() -> float:
             start = clock()
@@ -214,8 +250,50 @@ class Distbench:
 
     def _synchronize(self) -> None:
         # A CUDA launch returns before the work is done; a host clock needs the device drained.
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if self._on_cuda:
+            self._cuda.synchronize(self.device)
+
+    def _batch_timer(self, fn: Callable[[], Any], *,
+                     graph: bool) -> tuple[Callable[[], float], float, int]:
+        """CUDA batch timing (harness/cuda_timing.py): the timer of one batch, the seconds a
+        batch takes (every rank agreeing, the slowest's), and the iterations per batch."""
+        s = self._settings
+        cuda = self._cuda
+        call = cuda_timing.call_of(fn)
+        for _ in repeat(None, s.warmup):
+            call()
+        self._synchronize()
+        probe = cuda_timing.BatchTimer(
+            cuda_timing.eager_batch(call, cuda_timing.PROBE_BATCH), cuda_timing.PROBE_BATCH, cuda)
+        # Every rank derives the batch size from the same agreed figure: they run as many
+        # iterations per batch, so per-batch samples line up across ranks.
+        per_call = self._agreed_per_call(probe, [probe() for _ in range(3)])
+        batch = cuda_timing.batch_size(s.cuda_batch, per_call)
+        if not graph:
+            eager = cuda_timing.BatchTimer(cuda_timing.eager_batch(call, batch), batch, cuda)
+            return eager, per_call * batch, batch
+        timer = cuda_timing.BatchTimer(self._captured(call, batch), batch, cuda)
+        # A replay is faster than the eager batch that sized it: the budget and duration loops
+        # plan with the replay's own time (the first replay also uploads the graph).
+        per_iteration = self._agreed_per_call(timer, [timer() for _ in range(2)])
+        return timer, per_iteration * batch, batch
+
+    def _captured(self, call: Callable[[], None], batch: int) -> Callable[[], None]:
+        """The batch captured in a CUDA graph; every rank skips if any rank cannot capture."""
+        problem = None
+        launch: Callable[[], None] | None = None
+        try:
+            launch = cuda_timing.capture_batch(call, batch, self._cuda)
+        except cuda_timing.CaptureError as exc:
+            problem = str(exc)
+            print(problem, file=sys.stderr)  # the other ranks' skip points here
+        ranks = self._ranks_with(problem is not None)
+        if problem:
+            pytest.skip(problem)
+        if ranks or launch is None:
+            pytest.skip(f"--distbench-cuda-graph: rank(s) {ranks} could not capture the "
+                        "measured call in a CUDA graph (their reason is in their output)")
+        return launch
 
     def _agreed_per_call(self, timed: Callable[[], float], warm: list[float]) -> float:
         """Seconds per call every rank agrees on: the slowest rank's warm-up median."""
@@ -333,13 +411,28 @@ class Distbench:
             raise
         return pressure
 
+    def _ranks_with(self, flag: bool) -> list[int]:
+        """The ranks whose `flag` is set, as every rank sees it (one small all-reduce)."""
+        flags = torch.zeros(self.world_size, dtype=torch.float64)
+        flags[self.rank] = 1.0 if flag else 0.0
+        dist.all_reduce(flags, group=self._control)
+        return [r for r in range(self.world_size) if flags[r] > 0]
+
     def _agree(self, problem: str | None) -> None:
-        failed = torch.zeros(self.world_size, dtype=torch.float64)
-        failed[self.rank] = 1.0 if problem else 0.0
-        dist.all_reduce(failed, group=self._control)
+        ranks = self._ranks_with(bool(problem))
         if problem:
             raise PressureError(problem)
-        ranks = [r for r in range(self.world_size) if failed[r] > 0]
         if ranks:
             raise PressureError(f"the pressure could not be set up in rank(s) {ranks} "
                                 "(their error is above)")
+
+
+class _Iterations:
+    """The live reporter's view of a batch-timed loop: iterations, not samples, done."""
+
+    def __init__(self, samples: array, batch: int) -> None:
+        self._samples = samples
+        self._batch = batch
+
+    def __len__(self) -> int:
+        return len(self._samples) * self._batch

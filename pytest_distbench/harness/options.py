@@ -14,6 +14,7 @@ import pytest
 from .. import units
 from ..registry import Setting
 from ..units import parse_bounded_duration, parse_count
+from . import cuda_timing
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -32,6 +33,17 @@ def _report_every(text: str) -> float | str | None:
 
 def _optional_size(text: str) -> int:
     return 0 if text.strip().lower() in ("", "0", "off", "none") else units.parse_size(text)
+
+
+def _cuda_timing(text: str) -> str:
+    value = text.strip().lower()
+    if value not in cuda_timing.TIMINGS:
+        raise ValueError(f"invalid CUDA timing {text!r}: expected batch or each")
+    return value
+
+
+def _cuda_batch(text: str) -> int | None:
+    return None if text.strip().lower() in ("", "auto") else parse_count(1)(text)
 
 
 def parse_bool(text: str) -> bool:
@@ -68,6 +80,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("print_env", "--distbench-print-env", "false", parse_bool,
             "put the environment of the pressured ranks into the report and the record",
             flag=True),
+    # CUDA worlds only (docs/gpu.md); a CPU world is timed per call on the host whatever
+    # these say, and its records say "host-each".
+    Setting("cuda_timing", "--distbench-cuda-timing", "batch", _cuda_timing,
+            "CUDA worlds: batch = CUDA events around back-to-back iterations, one sample per "
+            "batch, as nccl-tests; each = host clock with the device synchronized after every "
+            "call (host-observed: launch and synchronization included); no effect on CPU"),
+    Setting("cuda_batch", "--distbench-cuda-batch", "auto", _cuda_batch,
+            "CUDA batch timing: iterations per batch; 'auto' = as many as last about 2 ms "
+            f"({cuda_timing.MIN_BATCH} to {cuda_timing.MAX_BATCH})"),
+    Setting("cuda_graph", "--distbench-cuda-graph", "false", parse_bool,
+            "capture each batch in a CUDA graph and time its replays (nccl-tests -G); a "
+            "world or call that cannot be captured is skipped, saying why", flag=True),
 )
 
 DEFAULT_REPORT_EVERY_S = 5.0
@@ -96,6 +120,11 @@ def check(settings: Any) -> None:
     if settings.touch_once and not settings.touch:
         raise pytest.UsageError(
             "--distbench-touch-once needs --distbench-touch: there is no memory to touch"
+        )
+    if settings.cuda_graph and settings.cuda_timing != "batch":
+        raise pytest.UsageError(
+            "--distbench-cuda-graph replays a captured batch: it needs "
+            "--distbench-cuda-timing=batch, not each"
         )
     if settings.duration is not None and settings.duration >= settings.timeout:
         raise pytest.UsageError(

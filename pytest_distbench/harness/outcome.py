@@ -153,6 +153,9 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
             duration_s=settings.duration,
             report_every_s=options.report_every_s(settings),
             pressure=_pressure_settings(settings),
+            cuda_timing=settings.cuda_timing,
+            cuda_batch=settings.cuda_batch,
+            cuda_graph=settings.cuda_graph,
         ),
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
     )
@@ -291,6 +294,12 @@ def _pressure_record(ms: list[Measurement]) -> dict[str, Any] | None:
     return out
 
 
+def _per_rank(values: Any) -> list[int] | None:
+    """One value per rank, or None where any rank has none (a CPU world's GPU memory)."""
+    values = list(values)
+    return None if any(v is None for v in values) else values
+
+
 def build_records(
     item: pytest.Function, key: Any, result: RunResult, settings: Settings
 ) -> list[dict[str, Any]]:
@@ -336,6 +345,10 @@ def build_records(
                                else [m.peak_rss_bytes for m in ms]),
             "duration_s": first.duration_s,
             "pressure": _pressure_record(ms),
+            "timing": first.timing,
+            "batch_iterations": first.batch_iterations,
+            "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
+            "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
         }
         timed = [r for r, m in enumerate(ms) if m.timed]
         if len(timed) < len(ms):

@@ -69,6 +69,11 @@ class MeasureSettings:
     duration_s: float | None = None  # a duration-bound timed region instead of a count/budget
     report_every_s: float | None = None  # live Progress reports from rank 0, None for none
     pressure: PressureSettings | None = None  # None: no pressure at all
+    # CUDA worlds only (harness/cuda_timing.py): "batch" or "each", the iterations per batch
+    # (None: sized from the per-call time) and whether a batch is replayed from a CUDA graph.
+    cuda_timing: str = "batch"
+    cuda_batch: int | None = None
+    cuda_graph: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,13 @@ class Measurement:
     elapsed_s: float | None = None
     # What pressure this rank ran during the timed region (None: none); with print_env, "env".
     pressure: dict[str, Any] | None = None
+    # How the samples were taken (cuda_timing.timing_label) and, for batch timings, how many
+    # back-to-back iterations each sample averages.
+    timing: str | None = None
+    batch_iterations: int | None = None
+    # CUDA worlds: this rank's caching-allocator peaks during the measurement, bytes.
+    peak_gpu_allocated_bytes: int | None = None
+    peak_gpu_reserved_bytes: int | None = None
 
 
 @dataclass

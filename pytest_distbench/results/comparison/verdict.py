@@ -205,6 +205,7 @@ def compare_documents(
                 baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"]
             )
             + placement_differences(base_records, cur_records)
+            + timing_differences(base_records, cur_records)
         ),
         baseline_label=baseline_label,
         current_label=current_label,
@@ -272,6 +273,33 @@ def placement_differences(base_records: dict[str, dict[str, Any]],
     return [f"placement: {b} (baseline) vs {c} (current) for {n} benchmark(s); absolute times "
             "depend on where the ranks ran (docs/gating.md)"
             for (b, c), n in sorted(pairs.items())]
+
+
+def timing_of(record: dict[str, Any]) -> str | None:
+    """How a record's samples were taken, where that can be known. Before `timing` was
+    recorded, every CUDA measurement synchronized the device after each call; a CPU one was
+    host-timed per call as it still is (nothing to tell apart)."""
+    return record.get("timing") or ("cuda-each" if record.get("device") == "cuda" else None)
+
+
+def timing_differences(base_records: dict[str, dict[str, Any]],
+                       cur_records: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per pair of timings that differ between matched benchmarks.
+
+    A CUDA batch sample has no launch or synchronization in it and a per-call one has both
+    (docs/gpu.md): for small messages they differ several-fold whatever the code does. Samples
+    a test timed itself (timing "test") are its own business and never flagged.
+    """
+    pairs: Counter[tuple[str, str]] = Counter()
+    for benchmark_id, cur in cur_records.items():
+        base = base_records.get(benchmark_id)
+        if base is None:
+            continue
+        b, c = timing_of(base), timing_of(cur)
+        if b and c and b != c and "test" not in (b, c):
+            pairs[(b, c)] += 1
+    return [f"timing: {b} (baseline) vs {c} (current) for {n} benchmark(s); the two measure "
+            "different things (docs/gpu.md)" for (b, c), n in sorted(pairs.items())]
 
 
 def _as_sorted_set(value: Any) -> Any:

@@ -20,7 +20,8 @@ _MAX_PARAM_DEPTH = 32
 NULLABLE_RECORD_FIELDS = (
     "nbytes", "count", "dtype", "busbw_factor", "warmup", "iterations",
     "algbw_gbps", "busbw_gbps", "wrong", "skew", "stalls", "threshold",
-    "duration_s", "peak_rss_bytes", "pressure", "p50_ci",
+    "duration_s", "peak_rss_bytes", "pressure", "p50_ci", "timing", "batch_iterations",
+    "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes",
 )  # fmt: skip
 
 
@@ -46,8 +47,10 @@ def normalize_record(record: dict[str, Any]) -> dict[str, Any]:
             out[key] = _plain_number(out[key])
     # Duration runs, live reports, pressure and memory (docs/duration-and-pressure.md).
     out["duration_s"] = _plain_number(out["duration_s"])
-    if isinstance(out["peak_rss_bytes"], (list, tuple)):
-        out["peak_rss_bytes"] = [_plain_number(v) for v in out["peak_rss_bytes"]]
+    for key in ("peak_rss_bytes", "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes"):
+        if isinstance(out[key], (list, tuple)):
+            out[key] = [_plain_number(v) for v in out[key]]
+    out["batch_iterations"] = _plain_number(out["batch_iterations"])
     if isinstance(out["pressure"], dict):
         out["pressure"] = json_safe(out["pressure"])
     if isinstance(out["p50_ci"], dict):

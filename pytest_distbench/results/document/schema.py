@@ -236,21 +236,21 @@ def _validate_p50_ci(ci: Any, where: str) -> None:
 
 
 def _validate_run_extras(record: dict[str, Any], where: str) -> None:
-    """duration_s, peak_rss_bytes, pressure, live_reports (all optional)."""
+    """duration_s, the memory peaks, timing, pressure, live_reports (all optional)."""
     duration = record.get("duration_s")
     if duration is not None and not (is_number(duration) and duration > 0):
         raise SchemaError(_at(where, "duration_s"), "expected a positive number of seconds or "
                           f"null, got {_short(duration)}")
-    peaks = record.get("peak_rss_bytes")
-    if peaks is not None:
-        if not isinstance(peaks, list) or len(peaks) != record["world_size"]:
-            raise SchemaError(_at(where, "peak_rss_bytes"),
-                              f"expected a list of {record['world_size']} byte counts (one per "
-                              f"rank) or null, got {_short(peaks)}")
-        for rank, value in enumerate(peaks):
-            if not (_is_int(value) and 0 <= value <= MAX_INT):
-                raise SchemaError(f"{_at(where, 'peak_rss_bytes')}[{rank}]",
-                                  f"expected an integer >= 0, got {_short(value)}")
+    for key in ("peak_rss_bytes", "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes"):
+        _per_rank_bytes(record, key, where)
+    timing = record.get("timing")
+    if timing is not None and not (isinstance(timing, str) and timing):
+        raise SchemaError(_at(where, "timing"), f"expected a non-empty string or null, got "
+                          f"{_short(timing)}")
+    batch = record.get("batch_iterations")
+    if batch is not None and not (_is_int(batch) and 1 <= batch <= MAX_INT):
+        raise SchemaError(_at(where, "batch_iterations"), f"expected an integer >= 1 or null, "
+                          f"got {_short(batch)}")
     pressure = record.get("pressure")
     if pressure is not None and not isinstance(pressure, dict):
         raise SchemaError(_at(where, "pressure"),
@@ -267,6 +267,20 @@ def _validate_run_extras(record: dict[str, Any], where: str) -> None:
         if not ok:
             raise SchemaError(f"{_at(where, 'live_reports')}[{i}]",
                               "expected an object with time_s and iterations (numbers >= 0)")
+
+
+def _per_rank_bytes(record: dict[str, Any], key: str, where: str) -> None:
+    peaks = record.get(key)
+    if peaks is None:
+        return
+    if not isinstance(peaks, list) or len(peaks) != record["world_size"]:
+        raise SchemaError(_at(where, key),
+                          f"expected a list of {record['world_size']} byte counts (one per "
+                          f"rank) or null, got {_short(peaks)}")
+    for rank, value in enumerate(peaks):
+        if not (_is_int(value) and 0 <= value <= MAX_INT):
+            raise SchemaError(f"{_at(where, key)}[{rank}]",
+                              f"expected an integer >= 0, got {_short(value)}")
 
 
 def _validate_environment(environment: dict[str, Any], where: str) -> None:

@@ -17,7 +17,7 @@ from . import table
 
 
 def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None = None,
-           comparison: Any = None) -> str:
+           comparison: Any = None, *, memory: bool = False) -> str:
     records = list(records)
     lines = ["## pytest-distbench results", ""]
     if environment:
@@ -26,12 +26,14 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
     for (family, backend, world_size, device, placement), rows in table.grouped(records):
         note = table.placement_note(placement)
         said = table.headline(family)
+        timing = table.timing_note(rows)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
                   f"{_cell(device)}" + (f" · {note}" if note else "")
+                  + (f" · {timing}" if timing else "")
                   + (f" · {_cell(said)}" if said else ""), ""]
         style = registry.table_style(family)
         if style is None:
-            lines += _table_and_notes(table.render_group(rows, "github"))
+            lines += _table_and_notes(table.render_group(rows, "github", memory=memory))
         else:
             lines += ["```text", style(rows), "```"]
         lines.append("")

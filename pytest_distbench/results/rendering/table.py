@@ -50,31 +50,71 @@ def headline(family: str) -> str | None:
     return registry.table_headline(family)
 
 
-def title(family: str, backend: str, world_size: int, device: str, placement: str) -> str:
+def title(family: str, backend: str, world_size: int, device: str, placement: str,
+          timing: str | None = None) -> str:
     """`# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of ...`"""
     text = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
     note = placement_note(placement)
     if note:
         text += f"  ({note})"
+    if timing:
+        text += f"  ({timing})"
     said = headline(family)
     return text + (f"  | {said}" if said else "")
 
 
-def render_tables(records: Iterable[dict[str, Any]]) -> str:
+def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False) -> str:
+    """Every group's table; `memory` (--distbench-gpu-memory) adds the host RSS and GPU
+    memory columns to every table, not only to those of pressured runs."""
     blocks = []
     for (family, backend, world_size, device, placement), rows in grouped(records):
-        title_line = title(family, backend, world_size, device, placement)
+        title_line = title(family, backend, world_size, device, placement, timing_note(rows))
         # A family with a table style of its own (OSU, arras, ...) uses it; the rest print
         # nccl-tests style.
-        text = (registry.table_style(family) or render_group)(rows)
-        if _pressured(rows) and RSS_HEADER not in text:
+        style = registry.table_style(family)
+        text = style(rows) if style else render_group(rows, memory=memory)
+        if (memory or _pressured(rows)) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
             text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
+        if memory and GPU_HEADERS[0] not in text:
+            text += "".join(f"\n# {header} {r['name']}: {_mib_cell(r, key)}" for r in rows
+                            for header, key in zip(GPU_HEADERS, GPU_FIELDS, strict=True))
         blocks.append(title_line + "\n" + text)
     return "\n\n".join(blocks)
 
 
+# What a table's title says of how its samples were taken, when not by the host clock around
+# each call (record["timing"], docs/gpu.md).
+_TIMING_NOTES = {
+    "cuda-each": "timing=cuda-each: host clock, device synchronized after every call "
+                 "(launch and synchronization included)",
+    "cuda-batch": "timing=cuda-batch: CUDA events around {batch} back-to-back iterations per "
+                  "sample",
+    "cuda-graph": "timing=cuda-graph: CUDA events around a graph replay of {batch} iterations "
+                  "per sample",
+}
+
+
+def timing_note(rows: list[dict[str, Any]]) -> str | None:
+    """The title's word on timing: None for host timing (every CPU table until now)."""
+    timings = sorted({r.get("timing") for r in rows} & set(_TIMING_NOTES))
+    if not timings:
+        return None
+    if len(timings) > 1:
+        return f"timing={'/'.join(timings)}: mixed, see each record's timing"
+    batches = sorted({r["batch_iterations"] for r in rows if r.get("batch_iterations")})
+    if not batches:
+        batch = "?"
+    elif len(batches) == 1:
+        batch = str(batches[0])
+    else:  # auto batch sizes differ with the message size
+        batch = f"{batches[0]}-{batches[-1]}"
+    return _TIMING_NOTES[timings[0]].format(batch=batch)
+
+
 RSS_HEADER = "peak RSS/rank (MiB)"
+GPU_HEADERS = ("GPU peak alloc/rank (MiB)", "GPU peak reserved/rank (MiB)")
+GPU_FIELDS = ("peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes")
 
 
 def _pressured(rows: list[dict[str, Any]]) -> bool:
@@ -83,13 +123,18 @@ def _pressured(rows: list[dict[str, Any]]) -> bool:
 
 def peak_rss_cell(record: dict[str, Any]) -> str:
     """Each rank's peak RSS during the test in MiB, rank 0 first: "412/1438/1437"."""
-    peaks = record.get("peak_rss_bytes")
+    return _mib_cell(record, "peak_rss_bytes")
+
+
+def _mib_cell(record: dict[str, Any], key: str) -> str:
+    peaks = record.get(key)
     if not peaks:
         return "-"
     return "/".join(f"{p / 2**20:.0f}" for p in peaks)
 
 
-def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
+def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
+                 memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
     with_bytes = [r for r in rows if r["nbytes"] is not None]
     table = []
@@ -115,10 +160,14 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple") -> str:
         "busbw (GB/s)",
         "#wrong", "skew", "stalls",
     ]
-    if _pressured(rows):  # memory is worth a column when the run put pressure on it
+    if memory or _pressured(rows):  # memory is worth a column when asked or pressured
         headers.append(RSS_HEADER)
         for line, r in zip(table, rows, strict=True):
             line.append(peak_rss_cell(r))
+    if memory:
+        headers.extend(GPU_HEADERS)
+        for line, r in zip(table, rows, strict=True):
+            line.extend(_mib_cell(r, key) for key in GPU_FIELDS)
     text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
                     colalign=("right",) * len(headers))
     if with_bytes:
