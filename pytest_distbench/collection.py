@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from . import settings as settings_module
-from .harness.outcome import BACKEND_ARG, WORLD_SIZE_ARG, is_distbench, uses_rpc
+from .harness.outcome import BACKEND_ARG, WORLD_SIZE_ARG, is_distbench, uses_rpc, uses_store
 
-__all__ = ["BACKEND_ARG", "WORLD_SIZE_ARG", "is_distbench", "uses_rpc"]  # for plugin.py
+# Re-exported for plugin.py.
+__all__ = ["BACKEND_ARG", "WORLD_SIZE_ARG", "is_distbench", "uses_rpc", "uses_store"]
 
 REQUESTED_KEY = pytest.StashKey[list[int]]()
 # Resolved settings per distbench marker object (None: no marker), with the marker held so its

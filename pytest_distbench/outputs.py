@@ -93,6 +93,8 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     environment["cpu_probe_s"] = distbench.cpu_probes
     if distbench.rpc_checks is not None:
         environment["rpc_checks"] = [check.as_dict() for check in distbench.rpc_checks]
+    if distbench.store_checks is not None:
+        environment["store_checks"] = [check.as_dict() for check in distbench.store_checks]
     bounds = measured_bounds()
     if bounds is not None:  # what the sanity rules held this run's figures to
         environment["machine_bounds"] = bounds.as_dict()

@@ -130,6 +130,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for line in distbench.announce_oversubscription(sizes):
             if reporter is not None:
                 reporter.write_line(line, yellow=True)
+    if any(collection.uses_store(item) for item in session.items):
+        from .harness.resolver import check_reverse_lookup
+
+        check = check_reverse_lookup()
+        distbench.store_checks = [check]
+        if reporter is not None:
+            reporter.write_line(f"distbench store check {check.line()}",
+                                yellow=check.status != "ok")
     if not any(collection.uses_rpc(item) for item in session.items):
         return
     import torch

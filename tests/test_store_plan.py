@@ -84,3 +84,14 @@ def test_bad_inputs_are_refused():
         plan.connect_summary([])
     with pytest.raises(ValueError):
         plan.latency_summary([1.0], 0)
+
+
+@given(st.floats(0.001, 20), st.lists(st.floats(0.0001, 12), min_size=1, max_size=100))
+def test_init_without_stalls_takes_out_exactly_the_slow_connects_delay(init, times):
+    without = plan.init_without_stalls(init, times)
+    assert 0 <= without <= init
+    if max(times) <= plan.SLOW_CONNECT_S:
+        assert without == init  # nothing stalled: nothing taken out
+    else:
+        fast = [t for t in times if t <= plan.SLOW_CONNECT_S]
+        assert without == pytest.approx(max(0.0, init - max(times) + max(fast or [0.0])))

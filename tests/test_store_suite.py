@@ -44,6 +44,9 @@ def test_suite_measures_both_backends_and_states_what_ran(pytester, distbench_ru
         assert r["samples"] == [f["init_s"]] and f["init_s"] > 0
         assert len(f["handoff_s"]) == 2 and f["handoff_s"][0] == 0.0  # rank 0 hosts none
         assert f["slow_connects"] == sum(t > 1.0 for t in f["connect_s"])
+        assert 0 <= f["init_without_stalls_s"] <= f["init_s"]
+        if not f["slow_connects"]:
+            assert f["init_without_stalls_s"] == f["init_s"]
     barriers = [r for r in records if r["family"] == "store_barrier"]
     assert all(r["iterations"] == 3 and len(r["figures"]["client_barrier_max_s"]) == 3
                for r in barriers)
@@ -55,9 +58,15 @@ def test_suite_measures_both_backends_and_states_what_ran(pytester, distbench_ru
     text = result.stdout.str()
     for family in ("store_init", "store_barrier", "store_ops", "store_routes"):
         assert f"# {family}  backend=gloo  ranks=2" in text
-    result.stdout.fnmatch_lines(["*backend*clients*init (s)*connect p50 (ms)*slow >1s*",
-                                 "*hand-off = the harness waking*",
-                                 "*RLIMIT_NOFILE raised to the hard limit*127.0.0.1*"])
+    result.stdout.fnmatch_lines([
+        "distbench store check reverse_lookup: *concurrent reverse lookups of ::ffff:127.0.0.1*",
+        "*backend*clients*init (s)*connect p50 (ms)*slow >1s*init w/o slow (s)*",
+        "*hand-off = the harness waking*",
+        "*RLIMIT_NOFILE *hard limit*127.0.0.1*"])
+    checks = json.loads(out.read_text())["distbench"]["environment"]["store_checks"]
+    assert [c["name"] for c in checks] == ["reverse_lookup"]
+    if any(r["figures"]["slow_connects"] for r in inits):
+        result.stdout.fnmatch_lines(["*CONFOUNDED: connects slower than 1 s*name resolution*"])
     result.stdout.fnmatch_lines(["*route*requested*USE_LIBUV*documented*ran*agrees*",
                                  "*", "*TCPStore(use_libuv=False)*legacy*legacy*pt_tcpstore*yes*"])
 

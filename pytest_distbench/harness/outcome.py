@@ -46,6 +46,12 @@ def is_distbench(node: Any) -> bool:
     )
 
 
+def uses_store(item: pytest.Item) -> bool:
+    """A TCPStore study test: a store and a number of clients that connect in a burst."""
+    names = getattr(item, "fixturenames", ())
+    return "tcp_store" in names and "clients" in names
+
+
 def uses_rpc(item: pytest.Item) -> bool:
     return "rpc_agent" in getattr(item, "fixturenames", ()) or (
         item.get_closest_marker("distbench_rpc") is not None)

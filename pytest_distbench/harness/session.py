@@ -24,6 +24,7 @@ class Session:
         self.rank_infos: list[dict[str, Any]] = []  # what each started rank saw (GPU, NCCL)
         self.rank_env: dict[str, str] = {}  # more environment for every rank (pitfall fixes)
         self.rpc_checks: list[Any] | None = None  # pitfalls.Check list, when a test uses RPC
+        self.store_checks: list[Any] | None = None  # the resolver check, when one uses a store
         self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
         # Written outputs that failed: the session fails (outputs.py).
         self.output_errors: list[str] = []

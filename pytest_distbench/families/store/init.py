@@ -22,6 +22,8 @@ def run_init(distbench: Any, tcp_store: Any, clients: int, backend: str,
         figures = record_facts(sim)
         if sim.connect_s:
             figures.update(plan.connect_summary(sim.connect_s))
+            figures["init_without_stalls_s"] = plan.init_without_stalls(sim.init_s,
+                                                                        sim.connect_s)
         figures["slow_connect_threshold_s"] = plan.SLOW_CONNECT_S
         figures["connect_s"] = sim.connect_s
         init_s = sim.init_s

@@ -104,6 +104,20 @@ def connect_summary(seconds: Sequence[float], slow_s: float = SLOW_CONNECT_S) ->
     }
 
 
+def init_without_stalls(init_s: float, connect_s: Sequence[float],
+                        slow_s: float = SLOW_CONNECT_S) -> float:
+    """The server's init time with the stalled connects (> slow_s, the resolver's: docs/store.md)
+    taken out: the clients start together, so the server would have finished when the slowest
+    unstalled client connected, the same time after the slowest client's connect as it did."""
+    if not connect_s:
+        return init_s
+    unstalled = [s for s in connect_s if s <= slow_s]
+    slowest = max(connect_s)
+    if slowest <= slow_s:
+        return init_s
+    return max(0.0, init_s - (slowest - (max(unstalled) if unstalled else 0.0)))
+
+
 def latency_summary(seconds: Sequence[float], wall_s: float) -> dict[str, float]:
     """p50/p95/max of per-operation latencies and the aggregate rate over the wall time."""
     if not seconds:
