@@ -14,6 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,10 +29,12 @@ from doc_commands import (
     where_not,
     why_slow,
 )
+from leaks import TAG_VARIABLE, processes_with_tag
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = documented_commands(ROOT)
 TIMEOUT_S = 420
+PARALLEL = 3
 
 USER_BENCHMARK = '''
 import pytest
@@ -91,20 +97,81 @@ def _env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Ran:
+    argv: list[str]
+    repo: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def shown(self) -> str:
+        return f"$ {' '.join(self.argv)}\n{self.stdout[-6000:]}\n{self.stderr[-3000:]}"
+
+
+class Runner:
+    """Runs documented commands, each in its own fresh checkout, PARALLEL at a time: most of a
+    command's time is imports and rank start-up, not measurement, so they overlap well.
+    Commands that read the same once run as written share one run."""
+
+    def __init__(self, template: Path, base: Path) -> None:
+        self.template = template
+        self.base = base
+        self.pool = ThreadPoolExecutor(PARALLEL)
+        self.futures: dict[tuple, Future] = {}
+
+    def submit(self, command: Command) -> Future:
+        key = (tuple(runnable(command, sys.executable)), tuple(sorted(command.env.items())),
+               _saves_anew(command))
+        if key not in self.futures:
+            self.futures[key] = self.pool.submit(self._run, command, len(self.futures))
+        return self.futures[key]
+
+    def _run(self, command: Command, index: int) -> Ran:
+        checkout = self.base / f"checkout-{index}"
+        shutil.copytree(self.template, checkout, symlinks=True)
+        repo = checkout / "repo"
+        if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
+            (repo / "baselines" / "main.json").unlink()
+        argv = runnable(command, sys.executable)
+        try:
+            done = subprocess.run(argv, cwd=repo, env=_env(repo, command.env),
+                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            return Ran(argv, repo, -1, str(exc.stdout or ""), f"timed out after {TIMEOUT_S} s")
+        return Ran(argv, repo, done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request):
+    """Every command of the session's selection starts at once (PARALLEL run together); a
+    leak check after all of them."""
+    tag = uuid.uuid4().hex
+    saved = os.environ.get(TAG_VARIABLE)
+    os.environ[TAG_VARIABLE] = tag
+    run = Runner(template, tmp_path_factory.mktemp("docs-runs"))
+    for item in request.session.items:
+        command = getattr(item, "callspec", None) and item.callspec.params.get("command")
+        if isinstance(command, Command) and item.get_closest_marker("skip") is None:
+            run.submit(command)
+    yield run
+    run.pool.shutdown(wait=True)
+    if saved is None:
+        os.environ.pop(TAG_VARIABLE, None)
+    else:
+        os.environ[TAG_VARIABLE] = saved
+    deadline = time.monotonic() + 10
+    while processes_with_tag(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_with_tag(tag), "a documented command left processes behind"
+
+
 @pytest.mark.parametrize("command", _params())
-def test_documented_command_runs(command: Command, template: Path, tmp_path: Path,
-                                 leak_tag: str) -> None:
-    checkout = tmp_path / "checkout"
-    shutil.copytree(template, checkout, symlinks=True)
-    repo = checkout / "repo"
-    if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
-        (repo / "baselines" / "main.json").unlink()
-    argv = runnable(command, sys.executable)
-    done = subprocess.run(argv, cwd=repo, env=_env(repo, command.env), capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
-    shown = f"$ {' '.join(argv)}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
-    assert done.returncode == 0, shown
-    _check_outputs(command, repo, done.stdout, shown)
+def test_documented_command_runs(command: Command, runner: Runner) -> None:
+    ran = runner.submit(command).result()
+    assert ran.returncode == 0, ran.shown
+    _check_outputs(command, ran.repo, ran.stdout, ran.shown)
 
 
 def _saves_anew(command: Command) -> bool:
