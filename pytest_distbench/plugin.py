@@ -106,6 +106,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(wrapper=True, specname="pytest_report_header")
+def without_benchmark_banner(config: pytest.Config) -> Any:
+    """Without pytest-benchmark's defaults banner in a distbench run: none of its settings
+    apply to a distbench test (it has no option to turn the banner off)."""
+    headers = yield
+    if config.getoption("distbench", False):
+        headers = [h for h in headers if not (isinstance(h, str) and h.startswith("benchmark: "))]
+    return headers
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     distbench = config.stash.get(SESSION_KEY, None)
     if distbench is None or distbench.external:
@@ -148,10 +158,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                  sizes=settings_module.resolve(session.config).tensor_size)
     distbench.rpc_checks = checks
     distbench.rank_env.update(pitfalls.rank_env(checks))
-    if reporter is not None:
-        for check in checks:
-            reporter.write_line(f"distbench rpc check {check.line()}",
-                                yellow=check.status != "ok")
+    if reporter is None:
+        return
+    quiet = [c for c in checks if c.status == "ok"]
+    if quiet and session.config.get_verbosity() < 1:  # details with -v
+        reporter.write_line(f"distbench rpc checks ok: {', '.join(c.name for c in quiet)}")
+        quiet_names = {c.name for c in quiet}
+        checks = [c for c in checks if c.name not in quiet_names]
+    for check in checks:
+        reporter.write_line(f"distbench rpc check {check.line()}",
+                            yellow=check.status != "ok")
 
 
 def _rank_local_fixture(name: str) -> Any:

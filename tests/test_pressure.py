@@ -120,7 +120,7 @@ def test_memory_that_cannot_be_had_is_a_clear_error_and_the_session_goes_on(
     assert "live report" not in result.stdout.str()  # no duration, no report option: no lines
     # The impossible size never reached a rank: one world, rebuilt once after the ranks' error.
     starts = re.search(r"worlds started: (.*)", result.stdout.str()).group(1)
-    assert starts.count("gloo ws2 cpu") == 2, starts
+    assert "gloo ws2 cpu x2 (" in starts, starts
 
 
 def test_failures_under_pressure_keep_the_foundations_guarantees(pytester, distbench_run):
