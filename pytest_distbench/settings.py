@@ -59,6 +59,15 @@ def _optional_count(text: str) -> int | None:
     return None if text.strip().lower() in ("", "auto") else parse_count(1)(text)
 
 
+def _precision(text: str) -> float | None:
+    if text.strip().lower() in ("off", "none", "0", "0%"):
+        return None
+    value = units.parse_fraction(text)
+    if not 0 < value < 1:
+        raise ValueError(f"a precision is a half-width between 0 and 100 %, got {text!r}")
+    return value
+
+
 CORE_SETTINGS = (
     Setting("world_size", "--world-size", "2", lambda t: units.parse_positive_int_list(
         t, "world size"), "world sizes to run, e.g. 8 or 2,4,8"),
@@ -81,6 +90,9 @@ CORE_SETTINGS = (
             "most timed iterations when calibrating"),
     Setting("budget", "--distbench-budget", "1s", parse_bounded_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
+    Setting("precision", "--distbench-precision", "2%", _precision,
+            "budget-bound points stop once the 95 % interval of their p50 is within this "
+            "(half-width, e.g. 2%), or when the budget runs out; 'off' spends the whole budget"),
     Setting("bind", "--distbench-bind", "auto", _bind,
             "auto: pack for CPU worlds in A/B mode, else core; core: pin rank r's main "
             "thread to the r-th usable CPU (round robin), as mpirun --bind-to core does; "

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from ..results.statistics.interval import median_ranks
 from . import cuda_timing, rss
 from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
@@ -143,7 +144,12 @@ class Distbench:
                     if iterations is None:
                         wanted = math.ceil(s.budget_s / per_call)
                         iterations = max(s.min_iterations, min(s.max_iterations, wanted))
-                    self._run_count(timed, samples, iterations)
+                    if s.iterations is None and s.precision is not None:
+                        figures["precision_target"] = s.precision
+                        figures["stopped_by"] = self._run_precise(
+                            timed, samples, iterations, s.precision, per_call, timed_here)
+                    else:
+                        self._run_count(timed, samples, iterations)
                 elapsed = time.perf_counter() - started
             finally:
                 if reporter is not None:
@@ -354,6 +360,48 @@ class Distbench:
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
                                       async_op=True)
 
+    def _run_precise(self, timed: Callable[[], float], samples: array, most: int,
+                     precision: float, per_call: float, timed_here: bool) -> str:
+        """Run at least min_iterations and at most `most` iterations (the budget's), stopping
+        once the 95 % interval of the record's p50 is within `precision`: "precision" or
+        "budget", the same in every rank.
+
+        The record's samples are the slowest rank's time per iteration, so that is what must
+        be precise: after each chunk (~CHUNK_S) the ranks start a non-blocking MAX all-reduce
+        of the chunk's times on the control group (an untimed rank adds zeros) and read it
+        after the next chunk. Every rank then holds the same per-iteration maxima, takes the
+        same decision and sizes the same next chunk from them, without per-iteration traffic.
+        """
+        append = samples.append
+        least = min(self._settings.min_iterations, most)
+        for _ in repeat(None, least):
+            append(timed())
+        slowest: list[float] = []
+        pending = self._post_chunk(samples, 0, timed_here)
+        size = self._chunk_size(CHUNK_S, per_call)
+        while True:
+            size = min(size, most - len(samples))
+            if size <= 0:
+                pending[0].wait()
+                return "budget"
+            posted = len(samples)
+            for _ in repeat(None, size):
+                append(timed())
+            pending[0].wait()
+            slowest.extend(pending[1].tolist())
+            if _precise(slowest, precision):
+                return "precision"
+            pending = self._post_chunk(samples, posted, timed_here)
+            size = self._chunk_size(CHUNK_S, statistics.fmean(slowest))
+
+    def _post_chunk(self, samples: array, first: int, timed_here: bool) -> tuple[Any, Any]:
+        """Start the MAX all-reduce of samples[first:] over the ranks that are timed."""
+        chunk = torch.tensor(samples[first:], dtype=torch.float64)
+        if not timed_here:
+            chunk.zero_()
+        return dist.all_reduce(chunk, op=dist.ReduceOp.MAX, group=self._control,
+                               async_op=True), chunk
+
     @staticmethod
     def _chunk_size(chunk_s: float, per_call: float) -> int:
         return max(1, min(1_000_000, int(chunk_s / max(per_call, 1e-9))))
@@ -436,3 +484,16 @@ class _Iterations:
 
     def __len__(self) -> int:
         return len(self._samples) * self._batch
+
+
+def _precise(samples: Iterable[float], precision: float) -> bool:
+    """Whether the 95 % interval of the median of `samples` is within `precision` of it."""
+    ordered = sorted(samples)
+    ranks = median_ranks(len(ordered))
+    if ranks is None:
+        return False
+    middle = statistics.median(ordered)
+    if middle <= 0:
+        return False
+    low, high = ordered[ranks[0] - 1], ordered[ranks[1] - 1]
+    return (high - low) / 2 / middle <= precision

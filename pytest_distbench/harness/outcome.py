@@ -155,6 +155,7 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
             min_iterations=settings.min_iterations,
             max_iterations=settings.max_iterations,
             budget_s=settings.budget,
+            precision=settings.precision,
             dtype=settings.dtype,
             duration_s=settings.duration,
             report_every_s=options.report_every_s(settings),
@@ -363,6 +364,7 @@ def build_records(
             record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
         # An untimed rank's samples are an empty list: its loop is no figure of anything.
         summarize_record(record, [m.samples if m.timed else [] for m in ms])
+        _precision_record(record)
         record["figures"] = completed_figures(record)
         try:
             check_record(record)
@@ -370,6 +372,25 @@ def build_records(
             pytest.fail(str(exc), pytrace=False)
         records.append(record)
     return records
+
+
+def _precision_record(record: dict[str, Any]) -> None:
+    """record["precision"] of a precision-targeted run: the target, what the record's own p50
+    interval achieved (the slowest rank per iteration: the ranks stopped on their own
+    samples), whether that meets the target and why the run stopped."""
+    figures = record["figures"] = dict(record["figures"])
+    target = figures.pop("precision_target", None)
+    stopped_by = figures.pop("stopped_by", None)
+    if target is None:
+        return
+    ci = record.get("p50_ci") or {}
+    p50 = record["summary"]["p50"]
+    achieved = None
+    if ci.get("low") is not None and ci.get("high") is not None and p50 > 0:
+        achieved = (ci["high"] - ci["low"]) / 2 / p50
+    record["precision"] = {"target": target, "achieved": achieved,
+                           "met": achieved is not None and achieved <= target,
+                           "stopped_by": stopped_by}
 
 
 def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:

@@ -67,6 +67,9 @@ class MeasureSettings:
     budget_s: float
     dtype: str
     duration_s: float | None = None  # a duration-bound timed region instead of a count/budget
+    # A budget-bound run stops once its p50's 95 % interval is this narrow (half-width over
+    # p50) in every rank; None: it spends its budget.
+    precision: float | None = None
     report_every_s: float | None = None  # live Progress reports from rank 0, None for none
     pressure: PressureSettings | None = None  # None: no pressure at all
     # CUDA worlds only (harness/cuda_timing.py): "batch" or "each", the iterations per batch

@@ -47,7 +47,7 @@ def render_latency(records: list[dict[str, Any]]) -> str:
     for r in records:
         s, f = r["summary"], r["figures"]
         rows.append([_size(r["nbytes"]),
-                     ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r)),
+                     ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                      units.format_duration_us(s["mean"]),
                      units.format_duration_us(s["p95"]), _figure(f.get("mbps")),
                      r["wrong"] if r["wrong"] is not None else "N/A",

@@ -85,7 +85,7 @@ def render_barrier(rows: list[dict[str, Any]]) -> str:
     for r in _order(rows):
         f, s = r["figures"], r["summary"]
         body.append([f.get("server_backend"), f.get("clients"), r["iterations"],
-                     ci.with_pct(_ms(s["p50"]), ci.p50_pct(r)),
+                     ci.with_pct(_ms(s["p50"]), ci.p50_pct(r), r),
                      _ms(s["mean"]), _ms(s["p95"]), _ms(s["max"]), _s(f.get("init_s"))])
     headers = ["backend", "clients", "rounds", "barrier p50 (ms) ± 95% CI", "mean (ms)",
                "p95 (ms)",
@@ -101,7 +101,7 @@ def render_ops(rows: list[dict[str, Any]]) -> str:
         f = r["figures"]
         op = f.get("op") if f.get("round_trip", True) else f"{f.get('op')} (send)"
         body.append([f.get("server_backend"), f.get("clients"), op,
-                     ci.with_pct(_us(f.get("latency_p50_s")), ci.p50_pct(r)),
+                     ci.with_pct(_us(f.get("latency_p50_s")), ci.p50_pct(r), r),
                      _us(f.get("latency_p95_s")),
                      _us(f.get("latency_max_s")), f"{f.get('ops_per_s', 0):.0f}",
                      r["wrong"] if r["wrong"] is not None else "N/A"])

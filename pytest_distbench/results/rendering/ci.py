@@ -54,6 +54,17 @@ def pct_text(pct: float | None) -> str:
     return f"± {pct:.2g} %"
 
 
-def with_pct(text: str, pct: float | None) -> str:
-    """`359 ± 4.1 %`."""
-    return f"{text} {pct_text(pct)}"
+# After the interval of a point that ran out of budget before its precision target.
+SHORT_MARK = "*"
+SHORT_NOTE = (f"{SHORT_MARK} = the budget ran out before the interval reached the "
+              "--distbench-precision target")
+
+
+def with_pct(text: str, pct: float | None, record: Record | None = None) -> str:
+    """`359 ± 4.1 %`, marked when `record` missed its precision target."""
+    return f"{text} {pct_text(pct)}" + (SHORT_MARK if short_of_target(record) else "")
+
+
+def short_of_target(record: Record | None) -> bool:
+    precision = (record or {}).get("precision")
+    return isinstance(precision, dict) and precision.get("met") is False

@@ -145,7 +145,7 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                 _size(r["nbytes"]),
                 r["count"] if r["count"] is not None else "-",
                 r["dtype"] or "-",
-                ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r)),
+                ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                 units.format_duration_us(s["mean"]),
                 units.format_duration_us(s["p95"]),
                 _gbps(r["algbw_gbps"]),
@@ -173,6 +173,8 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {_gbps(average)} GB/s (decimal, from p50)"
+    if any(ci.short_of_target(r) for r in rows):
+        text += f"\n# {ci.SHORT_NOTE}"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
     return text
 
