@@ -65,12 +65,14 @@ def test_iterations_longer_than_their_timed_region_are_caught(samples, factor):
     assert violations(record) == []
 
 
-@given(st.floats(0.1, 60), st.floats(0.0, 3.0))
-def test_a_duration_run_lasts_its_duration_within_ten_percent(duration, ratio):
-    record = _record([0.001], duration_s=duration, elapsed_s=[duration * ratio, None])
+@given(st.floats(0.1, 60), st.floats(0.0, 3.0), st.floats(1e-5, 1.0))
+def test_a_duration_run_neither_stops_early_nor_overruns_more_than_stopping_costs(
+        duration, ratio, slowest):
+    record = _record([slowest], duration_s=duration, elapsed_s=[duration * ratio, None])
     broken = [v for v in violations(record) if v.startswith("duration kept")]
-    slack = max(DURATION_TOLERANCE * duration, DURATION_FLOOR_S)
-    assert bool(broken) == (abs(duration * ratio - duration) > slack)
+    late = max(DURATION_TOLERANCE * duration, DURATION_FLOOR_S, 2 * slowest)
+    early = duration * ratio < duration * (1 - DURATION_TOLERANCE)
+    assert bool(broken) == (early or duration * ratio > duration + late)
 
 
 def test_a_duration_run_stopped_at_its_sample_cap_is_not_held_to_it():
@@ -157,8 +159,8 @@ def test_message_rate_off_path_ranks_are_not_timed_and_the_duration_is_kept(
     assert record["timed_ranks"] == sorted({sender, receiver})
     for rank, samples in enumerate(record["rank_samples"]):
         assert bool(samples) == (rank in record["timed_ranks"])
-    for rank in record["timed_ranks"]:
-        assert abs(record["elapsed_s"][rank] - 2.0) <= 0.25
+    for rank in record["timed_ranks"]:  # the sanity rule held them to the duration
+        assert record["elapsed_s"][rank] >= 1.8
     bound = 1 / document_round_trip(pytester)
     assert 0 < record["figures"]["msgs_per_s"] <= bound
 

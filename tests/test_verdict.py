@@ -325,3 +325,25 @@ def test_a_comparison_across_placements_says_so():
         "depend on where the ranks ran (docs/gating.md)"]
     same = compare_documents(current, current, threshold=0.1)
     assert not [line for line in same.fingerprint_differences if "placement" in line]
+
+
+def _record_with(samples: list[float], ci: tuple[float, float] | None) -> dict:
+    from pytest_distbench.results.statistics import stats
+
+    return {"id": "t", "name": "t", "family": "t", "nbytes": None, "samples": samples,
+            "summary": stats.summarize(samples).as_dict(),
+            "p50_ci": None if ci is None else {"low": ci[0], "high": ci[1]}}
+
+
+def test_a_change_within_overlapping_intervals_is_not_a_regression():
+    from pytest_distbench.results.comparison.verdict import judge_records
+
+    base = [1.0 + 0.001 * (i % 7) for i in range(200)]
+    slower = [x * 1.5 for x in base]
+    clear = judge_records(_record_with(base, (1.0, 1.006)), _record_with(slower, (1.5, 1.51)),
+                          0.10)
+    assert clear.kind == "regression"
+    # The same samples, but intervals that say the p50s are not known apart: unchanged.
+    overlapping = judge_records(_record_with(base, (0.5, 1.6)),
+                                _record_with(slower, (1.4, 2.0)), 0.10)
+    assert overlapping.kind == "unchanged"

@@ -133,6 +133,9 @@ def judge_records(
             and abs(change) < detectable):
         # A change smaller than this comparison can tell from its own noise is not one.
         kind = "unchanged"
+    if kind in ("regression", "improvement") and z is None and _intervals_overlap(base, cur):
+        # Two runs whose p50 intervals overlap have not shown different p50s.
+        kind = "unchanged"
     base_value = base["summary"][metric]
     cur_value = cur["summary"][metric]
     return Verdict(
@@ -154,6 +157,17 @@ def judge_records(
         current_value=cur_value,
         metric_change=relative_change(base_value, cur_value),
     )
+
+
+def _intervals_overlap(base: dict[str, Any], cur: dict[str, Any]) -> bool:
+    bounds = []
+    for record in (base, cur):
+        ci = record.get("p50_ci") or {}
+        if ci.get("low") is None or ci.get("high") is None:
+            return False
+        bounds.append((ci["low"], ci["high"]))
+    (base_low, base_high), (cur_low, cur_high) = bounds
+    return base_low <= cur_high and cur_low <= base_high
 
 
 def compare_documents(
