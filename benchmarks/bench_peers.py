@@ -393,9 +393,23 @@ def peer_store(cfg: Config) -> dict[str, dict]:
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         for clients in cfg.store_clients:
             for backend in cfg.store_backends:
-                out = Path(tmp) / f"store-{clients}-{backend}.json"
-                _run_peer("store", cfg, out, clients=clients, backend=backend)
-                points.update(json.loads(out.read_text()))
+                for variant in cfg.store_variants:
+                    out = Path(tmp) / f"store-{clients}-{backend}-{variant}.json"
+                    _run_peer("store", cfg, out, clients=clients, backend=backend,
+                              prelisten=variant == "prelisten")
+                    points.update(json.loads(out.read_text()))
+    return points
+
+
+def product_store_points(cfg: Config) -> dict[str, dict]:
+    """The product's store figures, under every peer variant's key too."""
+    points = product_store(cfg)
+    for key in list(points):
+        for variant in cfg.store_variants:
+            if variant != "seed":
+                points[f"{key} {variant}"] = points[key]
+    if "seed" not in cfg.store_variants:
+        points = {k: v for k, v in points.items() if k.count(" ") > 2}
     return points
 
 
@@ -434,14 +448,28 @@ def _store_client(go_r: int, done_r: int, res_w: int, port: int, clients: int,
     os._exit(code)
 
 
-def peer_store_init(clients: int, backend: str, timeout_s: float) -> dict:
-    """The seed's init: one server, clients - 1 client processes, the server's time."""
+def peer_store_init(clients: int, backend: str, timeout_s: float,
+                    prelisten: bool = False) -> dict:
+    """The seed's init: one server, clients - 1 client processes, the server's time.
+
+    prelisten: the server's socket listens on 127.0.0.1 before the clients start and is
+    handed to the store (master_listen_fd), as the product does; without it the server binds
+    its port inside the timed constructor, as the seed's script does, and clients that get
+    there first are refused and retry with the client's back-off.
+    """
     from datetime import timedelta
 
     import torch.distributed as dist
 
     libuv = backend == "libuv"
-    port = free_port()
+    listener = None
+    if prelisten:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(max(128, clients))
+        port = listener.getsockname()[1]
+    else:
+        port = free_port()
     go_r, go_w = os.pipe()
     done_r, done_w = os.pipe()
     res_r, res_w = os.pipe()
@@ -458,9 +486,10 @@ def peer_store_init(clients: int, backend: str, timeout_s: float) -> dict:
     os.close(done_r)
     os.close(res_w)
     os.close(go_w)  # go: the clients and the server start together, as the seed's ranks do
+    extra = {"master_listen_fd": listener.detach()} if listener is not None else {}
     t0 = time.perf_counter()
     server = dist.TCPStore("127.0.0.1", port, world_size=clients, is_master=True,
-                           timeout=timedelta(seconds=timeout_s), use_libuv=libuv)
+                           timeout=timedelta(seconds=timeout_s), use_libuv=libuv, **extra)
     init_s = time.perf_counter() - t0
     ran = "libuv" if server.libuvBackend else "legacy"
     connects = []
@@ -474,7 +503,7 @@ def peer_store_init(clients: int, backend: str, timeout_s: float) -> dict:
     failed = sum(c < 0 for c in connects)
     if failed:
         raise RuntimeError(f"{failed} of {clients - 1} store clients failed")
-    return {point_key("store_init", clients, ran): {
+    return {point_key("store_init", clients, ran) + (" prelisten" if prelisten else ""): {
         "init_s": init_s, "slow": sum(c > 1.0 for c in connects),
         "connect_p50_s": percentile(connects, 50)}}
 
@@ -486,7 +515,8 @@ def peer_main(kind: str, spec: dict, out: str) -> None:
     elif kind == "p2p":
         _spawn(_peer_p2p_rank, 2, (free_port(), spec, out))
     elif kind == "store":
-        point = peer_store_init(spec["clients"], spec["backend"], spec["store_timeout"])
+        point = peer_store_init(spec["clients"], spec["backend"], spec["store_timeout"],
+                                prelisten=spec.get("prelisten", False))
         Path(out).write_text(json.dumps(point))
     else:
         raise SystemExit(f"unknown peer {kind!r}")
@@ -509,6 +539,7 @@ class Config:
     store_clients: tuple[int, ...] = STORE_CLIENTS
     store_backends: tuple[str, ...] = STORE_BACKENDS
     store_timeout: float = 120.0
+    store_variants: tuple[str, ...] = ("seed",)
     kinds: tuple[str, ...] = ("collectives", "p2p", "store")
 
     def as_dict(self) -> dict:
@@ -521,7 +552,7 @@ class Config:
 SIDES = {
     "collectives": (product_collectives, peer_collectives),
     "p2p": (product_p2p, peer_p2p),
-    "store": (product_store, peer_store),
+    "store": (product_store_points, peer_store),
 }
 
 
@@ -556,6 +587,12 @@ def config_from(ns: argparse.Namespace) -> Config:
         cfg = Config(rounds=ns.rounds if ns.rounds_given else 2, world_sizes=(2,),
                      sizes=(4, 1 << 20), budget=0.1, min_iterations=5, p2p_iterations=5,
                      warmup=2, store_clients=(16,), store_backends=("libuv",))
+    if ns.store_clients:
+        cfg.store_clients = tuple(int(c) for c in ns.store_clients.split(","))
+    if ns.store_variants:
+        cfg.store_variants = tuple(ns.store_variants.split(","))
+        if set(cfg.store_variants) - {"seed", "prelisten"}:
+            raise SystemExit("--store-variants: seed, prelisten or both")
     if ns.kinds:
         cfg.kinds = tuple(ns.kinds.split(","))
         unknown = set(cfg.kinds) - set(SIDES)
@@ -571,6 +608,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="one world size, 4 B and 1 MiB, 100 MB x 5, 16 libuv clients")
     parser.add_argument("--kinds", help="comma list of collectives,p2p,store (default all)")
+    parser.add_argument("--store-clients", help="comma list of client counts (default 64,256)")
+    parser.add_argument("--store-variants",
+                        help="peer store start: seed (the server binds inside the timed "
+                             "constructor, as the seed's script; default), prelisten (listens "
+                             "before the clients start, as the product), or both")
+    parser.add_argument("--res-options",
+                        help="RES_OPTIONS for every process of both sides, e.g. "
+                             "'timeout:1 attempts:1' (shortens the resolver stalls, docs/store.md)")
     parser.add_argument("--json", help="write every round's figures and the rows here")
     parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
@@ -583,9 +628,12 @@ def main(argv: list[str] | None = None) -> None:
     ns.rounds_given = ns.rounds is not None
     ns.rounds = ns.rounds if ns.rounds is not None else 3
     cfg = config_from(ns)
+    if ns.res_options:
+        os.environ["RES_OPTIONS"] = ns.res_options
     began = time.perf_counter()
     print(f"bench_peers: {cfg.rounds} rounds of {', '.join(cfg.kinds)}; "
-          f"{os.cpu_count()} CPUs, load {load_average()}", flush=True)
+          f"{os.cpu_count()} CPUs, load {load_average()}; "
+          f"RES_OPTIONS={os.environ.get('RES_OPTIONS', '(unset)')}", flush=True)
     rounds = run(cfg, log=lambda line: print(line, flush=True))
     rows = ratio_rows(rounds)
     print()
