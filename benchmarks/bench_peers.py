@@ -261,14 +261,16 @@ def product_collectives(cfg: Config) -> dict[str, dict]:
                         f"--world-size={','.join(map(str, cfg.world_sizes))}",
                         f"--tensor-size={','.join(SIZE_NAMES[s] for s in cfg.sizes)}",
                         f"--distbench-warmup={cfg.warmup}", f"--distbench-budget={cfg.budget}s",
-                        f"--distbench-min-iterations={cfg.min_iterations}"], timeout=900)
+                        f"--distbench-min-iterations={cfg.min_iterations}",
+                        *cfg.product_options], timeout=900)
 
 
 def product_p2p(cfg: Config) -> dict[str, dict]:
     return run_product(["--pyargs", "pytest_distbench.suites.test_p2p", "-k", "p2p_bandwidth",
                         "--world-size=2", f"--tensor-size={cfg.p2p_bytes}B",
                         "--distbench-window=1", f"--distbench-warmup={cfg.warmup}",
-                        f"--distbench-iterations={cfg.p2p_iterations}"], timeout=900)
+                        f"--distbench-iterations={cfg.p2p_iterations}", *cfg.product_options],
+                       timeout=900)
 
 
 def product_store(cfg: Config) -> dict[str, dict]:
@@ -286,12 +288,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _place(rank: int, bind: str) -> None:
+    """--peer-bind core: this thread on one CPU, round robin (what the product's `core` does,
+    after the process group, so gloo's own threads stay free); none: left to the scheduler."""
+    if bind == "core" and hasattr(os, "sched_setaffinity"):
+        usable = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {usable[rank % len(usable)]})
+
+
 def _peer_collectives_rank(rank: int, world_size: int, port: int, cfg: dict, out: str) -> None:
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
+    _place(rank, cfg.get("peer_bind", "none"))
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     points = {}
     for name in COLLECTIVES:
@@ -342,6 +353,7 @@ def _peer_p2p_rank(rank: int, port: int, cfg: dict, out: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2)
+    _place(rank, cfg.get("peer_bind", "none"))
     tensor = torch.ones(cfg["p2p_bytes"] // ELEMENT)  # the seed: torch.ones(size_mb*250*1000)
     times = []
     for i in range(cfg["warmup"] + cfg["p2p_iterations"]):
@@ -540,13 +552,15 @@ class Config:
     store_backends: tuple[str, ...] = STORE_BACKENDS
     store_timeout: float = 120.0
     store_variants: tuple[str, ...] = ("seed",)
+    product_options: tuple[str, ...] = ()  # extra pytest options of the product's sessions
+    peer_bind: str = "none"
     kinds: tuple[str, ...] = ("collectives", "p2p", "store")
 
     def as_dict(self) -> dict:
         return {"sizes": list(self.sizes), "warmup": self.warmup, "budget": self.budget,
                 "min_iterations": self.min_iterations, "max_iterations": self.max_iterations,
                 "p2p_bytes": self.p2p_bytes, "p2p_iterations": self.p2p_iterations,
-                "store_timeout": self.store_timeout}
+                "store_timeout": self.store_timeout, "peer_bind": self.peer_bind}
 
 
 SIDES = {
@@ -587,6 +601,16 @@ def config_from(ns: argparse.Namespace) -> Config:
         cfg = Config(rounds=ns.rounds if ns.rounds_given else 2, world_sizes=(2,),
                      sizes=(4, 1 << 20), budget=0.1, min_iterations=5, p2p_iterations=5,
                      warmup=2, store_clients=(16,), store_backends=("libuv",))
+    if ns.product_bind:
+        cfg.product_options = (f"--distbench-bind={ns.product_bind}",)
+    if ns.peer_bind:
+        cfg.peer_bind = ns.peer_bind
+    if ns.sizes:
+        cfg.sizes = tuple(int(x) for x in ns.sizes.split(","))
+        if set(cfg.sizes) - set(SIZE_NAMES):
+            raise SystemExit(f"--sizes: choose from {sorted(SIZE_NAMES)}")
+    if ns.world_sizes:
+        cfg.world_sizes = tuple(int(x) for x in ns.world_sizes.split(","))
     if ns.store_clients:
         cfg.store_clients = tuple(int(c) for c in ns.store_clients.split(","))
     if ns.store_variants:
@@ -608,6 +632,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="one world size, 4 B and 1 MiB, 100 MB x 5, 16 libuv clients")
     parser.add_argument("--kinds", help="comma list of collectives,p2p,store (default all)")
+    parser.add_argument("--product-bind", choices=("auto", "core", "pack", "none"),
+                        help="--distbench-bind of the product's collectives and p2p sessions "
+                             "(default: the product's own, auto = core)")
+    parser.add_argument("--peer-bind", choices=("none", "core"),
+                        help="the peer's placement: none (default, a plain torch script) or "
+                             "core (each rank's main thread on one CPU, as the product's core)")
+    parser.add_argument("--sizes", help="collective sizes in bytes, from 4,65536,1048576,16777216")
+    parser.add_argument("--world-sizes", help="collective world sizes (default 2,4)")
     parser.add_argument("--store-clients", help="comma list of client counts (default 64,256)")
     parser.add_argument("--store-variants",
                         help="peer store start: seed (the server binds inside the timed "

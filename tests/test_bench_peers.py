@@ -129,7 +129,9 @@ def test_quick_config_and_bad_kinds(bp):
     import argparse
 
     ns = argparse.Namespace(rounds=3, rounds_given=False, quick=True, kinds="collectives",
-                            store_clients=None, store_variants=None)
+                            store_clients=None, store_variants=None, product_bind=None,
+                            peer_bind=None,
+                            sizes=None, world_sizes=None)
     cfg = bp.config_from(ns)
     assert cfg.rounds == 2 and cfg.world_sizes == (2,) and cfg.kinds == ("collectives",)
     ns.kinds = "collectives,nope"
