@@ -189,14 +189,14 @@ def ratio_rows(rounds: list[dict[str, dict[str, dict]]]) -> list[Row]:
             if "mean_s" in a and "mean_s" in b:
                 mean_ratios.append(headline(key, a, "mean") / headline(key, b, "mean"))
             if "slow" in a and "slow" in b:
-                slow.append(f"{a['slow']}/{b['slow']}")
+                slow.append(f"{a['slow']}:{b['slow']}")
         if not ratios:
             continue
         rows.append(Row(key=key, product=statistics.median(prod), peer=statistics.median(peer),
                         ratio=statistics.median(ratios), ratio_min=min(ratios),
                         ratio_max=max(ratios), rounds=len(ratios),
                         mean_ratio=statistics.median(mean_ratios) if mean_ratios else None,
-                        note=("slow>1s product/peer " + " ".join(slow)) if slow else "",
+                        note=("slow>1s product:peer " + " ".join(slow)) if slow else "",
                         ratios=ratios))
     return rows
 

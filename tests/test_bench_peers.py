@@ -110,7 +110,7 @@ def test_ratio_rows_within_rounds_then_median_and_range(bp):
     assert ar.mean_ratio == pytest.approx(2.0)  # 3, 2, 1
     st = rows["store_init 64 libuv"]
     assert st.ratio == pytest.approx(0.5) and st.mean_ratio is None
-    assert st.note == "slow>1s product/peer 10/50"
+    assert st.note == "slow>1s product:peer 10:50"
     table = bp.format_table(list(rows.values()))
     assert "all_reduce ws2 4" in table and "1.00-3.00" in table and "0.50-0.50" in table
     md = bp.markdown_table(list(rows.values()))
