@@ -48,6 +48,7 @@ class Command:
     text: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    stdout_to: str | None = None  # `> FILE` or `>> FILE` after the command
 
     @property
     def id(self) -> str:
@@ -102,7 +103,13 @@ def parse(text: str, source: str) -> Command | None:
         env[key] = value
     if not words or not _runs_product(words):
         return None
-    return Command(source, text, words, env)
+    stdout_to = None
+    for redirect in (">", ">>"):
+        if redirect in words:
+            at = words.index(redirect)
+            stdout_to = words[at + 1] if at + 1 < len(words) else None
+            words = words[:at]
+    return Command(source, text, words, env, stdout_to)
 
 
 def _runs_product(words: list[str]) -> bool:
