@@ -31,10 +31,14 @@ SLOW = (
         int(n) for n in a.split("=", 1)[1].split(",")) > 512 for a in argv),
      "thousands of store clients"),
     (lambda argv: _runs_everything(argv), "every suite (the main job's selection)"),
+    (lambda argv: any(a.startswith("--tensor-size=") and any(
+        s.endswith(("GB", "GiB")) or s.endswith(("640MB",)) for s in a.split("=", 1)[1].split(","))
+        for a in argv), "messages of hundreds of MB to GB"),
 )
-# A command written with "..." for "any suite" runs on this one.
-ANY_SUITE = ["--pyargs", "pytest_distbench.suites.test_collectives", "-k", "all_reduce",
-             "--tensor-size=1KiB"]
+# A command written with "..." for "any suite" runs on the suites it selects with its own -k,
+# or on this one.
+ANY_SUITE = ["--pyargs", "pytest_distbench.suites"]
+ANY_SELECTION = ["-k", "all_reduce", "--tensor-size=1KiB"]
 # What a command with no selection of its own runs, beside the one run of everything: the
 # options it shows are the point, not the suites.
 ONE_SUITE = ["--pyargs", "pytest_distbench.suites.test_collectives", "-k", "all_reduce",
@@ -133,12 +137,18 @@ def why_slow(command: Command) -> str | None:
     return None
 
 
-def runnable(command: Command, python: str) -> list[str]:
+def expand(text: str, env: dict[str, str]) -> str:
+    """$NAME and ${NAME} replaced from `env` (unknown names left as written)."""
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))",
+                  lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def runnable(command: Command, python: str, env: dict[str, str] | None = None) -> list[str]:
     """The command as run here: its own words, "..." filled in, and a small budget."""
-    argv = list(command.argv)
+    argv = [expand(a, env or {}) for a in command.argv]  # as the shell would
     if "..." in argv:
         at = argv.index("...")
-        argv[at:at + 1] = ANY_SUITE
+        argv[at:at + 1] = ANY_SUITE + ([] if "-k" in argv else ANY_SELECTION)
     if argv[0] == "pytest-distbench":
         return [python, "-m", "pytest_distbench.cli", *argv[1:]]
     if argv[0] == "torchrun":

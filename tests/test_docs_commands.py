@@ -25,6 +25,7 @@ from doc_commands import (
     Command,
     commands_in,
     documented_commands,
+    expand,
     runnable,
     where_not,
     why_slow,
@@ -73,10 +74,10 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, repo / name)
     (repo / "bench_comms.py").write_text(USER_BENCHMARK)
-    # --distbench-baseline-python=../main/.venv/bin/python: main's checkout beside this one.
-    venv_bin = base / "main" / ".venv" / "bin"
-    venv_bin.mkdir(parents=True)
-    (venv_bin / "python").symlink_to(sys.executable)
+    # --distbench-baseline-python=../main/.venv/bin/python: main's checkout beside this one,
+    # with this environment as its virtual environment.
+    (base / "main").mkdir()
+    (base / "main" / ".venv").symlink_to(sys.prefix)
     first = [sys.executable, "-m", "pytest", "--distbench", "--world-size=2",
              "-p", "no:cacheprovider", "--pyargs", "pytest_distbench.suites.test_collectives",
              "-k", "all_reduce", "--tensor-size=1KiB,64KiB", "--distbench-iterations=5"]
@@ -89,10 +90,14 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
+# What the docs' variables stand for here (never the CI job's own summary file).
+PLACEHOLDERS = {"GITHUB_STEP_SUMMARY": "step-summary.md"}
+
+
 def _env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(repo)
-    env["GITHUB_STEP_SUMMARY"] = str(repo / "step-summary.md")
+    env["GITHUB_STEP_SUMMARY"] = str(repo / PLACEHOLDERS["GITHUB_STEP_SUMMARY"])
     env.update(extra or {})
     return env
 
@@ -122,8 +127,8 @@ class Runner:
         self.futures: dict[tuple, Future] = {}
 
     def submit(self, command: Command) -> Future:
-        key = (tuple(runnable(command, sys.executable)), tuple(sorted(command.env.items())),
-               _saves_anew(command), command.stdout_to)
+        key = (tuple(runnable(command, sys.executable, PLACEHOLDERS)),
+               tuple(sorted(command.env.items())), _saves_anew(command), command.stdout_to)
         if key not in self.futures:
             self.futures[key] = self.pool.submit(self._run, command, len(self.futures))
         return self.futures[key]
@@ -134,15 +139,14 @@ class Runner:
         repo = checkout / "repo"
         if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
             (repo / "baselines" / "main.json").unlink()
-        argv = runnable(command, sys.executable)
+        argv = runnable(command, sys.executable, _env(repo, command.env))
         try:
             done = subprocess.run(argv, cwd=repo, env=_env(repo, command.env),
                                   capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             return Ran(argv, repo, -1, str(exc.stdout or ""), f"timed out after {TIMEOUT_S} s")
         if command.stdout_to:  # the shell's `> FILE` / `>> FILE`
-            target = command.stdout_to.replace("$GITHUB_STEP_SUMMARY",
-                                               str(repo / "step-summary.md"))
+            target = expand(command.stdout_to, _env(repo))
             with open(repo / target, "a", encoding="utf-8") as f:
                 f.write(done.stdout)
         return Ran(argv, repo, done.returncode, done.stdout, done.stderr)
@@ -200,9 +204,8 @@ def _check_outputs(command: Command, repo: Path, stdout: str, shown: str) -> Non
                          ("--distbench-plot=", "plots"), ("--junitxml=", "JUnit XML")):
         for a in argv:
             if a.startswith(option):
-                target = a.split("=", 1)[1].replace("$GITHUB_STEP_SUMMARY",
-                                                    str(repo / "step-summary.md"))
-                path = repo / target
+                target = a.split("=", 1)[1]
+                path = repo / expand(target, _env(repo))
                 assert path.exists() and (path.is_file() or any(path.iterdir())), (
                     f"{what} {target} not written\n{shown}")
 

@@ -24,7 +24,7 @@ from ..results.document.schema import RecordError, check_record
 from ..results.statistics import interval, stats
 from ..settings import Settings
 from . import options
-from .physical import machine_bounds
+from .physical import machine_bounds, refined_bounds
 from .pressure import memory_problem
 from .wire import (
     RANK_FIXTURES,
@@ -231,6 +231,8 @@ def _mark_invalid(records: list[dict[str, Any]]) -> str:
     lines = []
     for record in records:
         broken = sanity.violations(record, machine_bounds())
+        if broken and sanity.violations(record) != broken:  # a machine limit broken: confirm it
+            broken = sanity.violations(record, refined_bounds())
         if broken:
             record["invalid"] = broken
             lines.append(f"{record['name']}: " + "; ".join(broken))
