@@ -25,6 +25,9 @@ from .wire import Measurement, MeasureSettings, Progress
 # Duration-bound runs agree on when to stop once per chunk of iterations lasting about this
 # long (docs/duration-and-pressure.md): it bounds how far past the duration a run goes.
 CHUNK_S = 0.05
+# The fewest samples whose median has a 95 % interval (results/statistics/interval.py): where
+# --distbench-min-iterations would overrun the budget, a budget-bound point takes this many.
+MIN_INTERVAL_SAMPLES = 6
 # A duration-bound run stops early rather than hold more samples than this per rank: every
 # sample travels to the controller and into the results file (the record then says so in
 # figures["stopped_at_sample_cap"]).
@@ -143,7 +146,10 @@ class Distbench:
                     iterations = s.iterations
                     if iterations is None:
                         wanted = math.ceil(s.budget_s / per_call)
-                        iterations = max(s.min_iterations, min(s.max_iterations, wanted))
+                        # The fewest iterations bow to the budget down to the fewest that give
+                        # a 95 % interval: a point of 0.8 s iterations takes 6, not 30.
+                        floor = min(s.min_iterations, max(MIN_INTERVAL_SAMPLES, wanted))
+                        iterations = max(floor, min(s.max_iterations, wanted))
                     if s.iterations is None and s.precision is not None:
                         figures["precision_target"] = s.precision
                         figures["stopped_by"] = self._run_precise(
@@ -373,7 +379,7 @@ class Distbench:
         same decision and sizes the same next chunk from them, without per-iteration traffic.
         """
         append = samples.append
-        least = min(self._settings.min_iterations, most)
+        least = min(self._settings.min_iterations, most)  # most already bowed to the budget
         for _ in repeat(None, least):
             append(timed())
         slowest: list[float] = []
