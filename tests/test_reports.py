@@ -219,12 +219,15 @@ def test_markdown_appends(tmp_path):
     assert path.read_text() == "earlier step\n\n## ours\n"
 
 
-def test_tables_print_three_significant_digits_of_small_bandwidths():
+def test_small_bandwidths_print_in_a_unit_they_read_in_with_three_significant_digits():
     record = plot_data.record("all_reduce", nbytes=4, seconds=2.5e-4, busbw_factor=1.0)
-    line = [ln for ln in table.render_tables([record]).splitlines() if ln.strip().startswith(
-        "4 B")][0]
-    expected = plot_spec.significant(4 / record["summary"]["p50"] / 1e9)
-    assert expected.startswith("0.0000") and expected in line and "0.000 " not in line
+    text = table.render_tables([record])
+    line = [ln for ln in text.splitlines() if ln.strip().startswith("4 B")][0]
+    # 4 B in about 270 us (the p50 of the samples) = 0.0000148 GB/s: the table says 14.8 KB/s,
+    # labelled, not 0.0000148.
+    assert "algbw (KB/s)" in text and "busbw (KB/s)" in text
+    expected = plot_spec.significant(4 / record["summary"]["p50"] / 1e3)
+    assert expected == "14.8" and f" {expected} " in line and "0.0000" not in line
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -325,3 +328,16 @@ def test_a_plot_draws_the_p50_interval_as_error_bars(tmp_path):
     assert low < time_value.at(record) < high
     rendered = plot.plot_records([record], plot_data.ENVIRONMENT, tmp_path)
     _png_ok(rendered[0].path)
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(1e-12, 1e4)), min_size=1, max_size=20))
+def test_bandwidth_columns_take_the_largest_unit_their_figures_read_in(values):
+    from pytest_distbench.results.rendering.table import bandwidth_unit
+
+    unit, scale = bandwidth_unit(values)
+    top = max((v for v in values if v is not None), default=None)
+    assert unit in ("GB/s", "MB/s", "KB/s") and scale == {"GB/s": 1, "MB/s": 1e3, "KB/s": 1e6}[unit]
+    if top is not None and top >= 0.1:
+        assert unit == "GB/s"
+    if top is not None and top * scale < 0.1:
+        assert unit == "KB/s"  # nothing smaller: the smallest figures still print

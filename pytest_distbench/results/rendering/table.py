@@ -137,6 +137,7 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
     with_bytes = [r for r in rows if r["nbytes"] is not None]
+    unit, scale = bandwidth_unit([r["algbw_gbps"] for r in rows])
     table = []
     for r in rows:
         s = r["summary"]
@@ -148,16 +149,16 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                 ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                 units.format_duration_us(s["mean"]),
                 units.format_duration_us(s["p95"]),
-                _gbps(r["algbw_gbps"]),
-                _gbps(r["busbw_gbps"]),
+                _bandwidth(r["algbw_gbps"], scale),
+                _bandwidth(r["busbw_gbps"], scale),
                 r["wrong"] if r["wrong"] is not None else "N/A",
                 f"{r['skew']:.2f}x",
                 f"{r['stalls']}/{r['iterations']}",
             ]
         )
     headers = [
-        "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", "algbw (GB/s)",
-        "busbw (GB/s)",
+        "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", f"algbw ({unit})",
+        f"busbw ({unit})",
         "#wrong", "skew", "stalls",
     ]
     if memory or _pressured(rows):  # memory is worth a column when asked or pressured
@@ -172,7 +173,8 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                     colalign=("right",) * len(headers))
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
-        text += f"\n# Avg bus bandwidth: {_gbps(average)} GB/s (decimal, from p50)"
+        text += (f"\n# Avg bus bandwidth: {_bandwidth(average, scale)} {unit} "
+                 "(decimal, from p50)")
     if any(ci.short_of_target(r) for r in rows):
         text += f"\n# {ci.SHORT_NOTE}"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
@@ -203,9 +205,24 @@ def _size(nbytes: int | None) -> str:
     return text if units.parse_size(text.replace(" ", "")) == nbytes else f"{nbytes} B"
 
 
-def _gbps(value: float | None) -> str:
-    # Three significant digits: a small message's 0.000123 GB/s must not print as 0.000.
-    return "-" if value is None else significant(value, 3)
+# Decimal units a table's bandwidth columns may use, largest first: the first in which the
+# table's largest figure is at least 0.1 (a 1 KiB all_reduce's 0.00000205 GB/s reads 2.05 KB/s).
+_BANDWIDTH_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("KB/s", 1e6))
+
+
+def bandwidth_unit(values_gbps: list[float | None]) -> tuple[str, float]:
+    """The unit of a table's bandwidth columns and the factor from GB/s to it."""
+    known = [v for v in values_gbps if v is not None and v > 0]
+    top = max(known, default=1.0)
+    for unit, scale in _BANDWIDTH_UNITS:
+        if top * scale >= 0.1:
+            return unit, scale
+    return _BANDWIDTH_UNITS[-1]
+
+
+def _bandwidth(value_gbps: float | None, scale: float) -> str:
+    # Three significant digits: a small message's figure must not print as 0.000.
+    return "-" if value_gbps is None else significant(value_gbps * scale, 3)
 
 
 LEGEND = (
