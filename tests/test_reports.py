@@ -341,3 +341,20 @@ def test_bandwidth_columns_take_the_largest_unit_their_figures_read_in(values):
         assert unit == "GB/s"
     if top is not None and top * scale < 0.1:
         assert unit == "KB/s"  # nothing smaller: the smallest figures still print
+
+
+def test_rpc_throughput_is_one_plot_with_a_line_per_payload_size(tmp_path):
+    from pytest_distbench.results.rendering.plot import plot_records
+
+    records = []
+    for nbytes in (4, 1024, 65536):
+        for credits in (1, 16):
+            record = plot_data.record("rpc_throughput", nbytes=nbytes, seconds=1e-3 * (
+                1 + nbytes / 65536) / credits ** 0.5, busbw_factor=1.0)
+            record["params"] = {"credits": credits, "nbytes": nbytes}
+            record["figures"] = {"messages_per_iteration": credits, "credits": credits,
+                                 "msgs_per_s": credits / record["summary"]["p50"]}
+            records.append(record)
+    written = plot_records(records, {}, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["rpc_throughput.png"]
+    assert len(written) == 1

@@ -48,7 +48,7 @@ FAMILY = Family(
         PlotSpec(
             name="rpc_throughput", families=("rpc_throughput",),
             x=Value("credits", field="params.credits"), x_axis=Axis("credits (calls in flight)"),
-            series=("world_size",),
+            series=("nbytes",),  # one plot, one line per payload size
             panels=(Panel("throughput", Axis("throughput", "calls/s"), (MSGS,)),),
             headline=(Headline("", MSGS, "calls/s"),), note=P50,
         ),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import registry
+from ... import registry, units
 from ..statistics.stats import percentile
 from .ci import p50_bounds, pct_text
 
@@ -269,6 +269,8 @@ def series_label(keys: Iterable[str], record: Record) -> str:
         name = key.rsplit(".", 1)[-1]
         if name == "world_size":
             parts.append(f"{value} ranks")
+        elif name == "nbytes" and isinstance(value, int):
+            parts.append(units.format_size(value))
         elif isinstance(value, str):  # a backend, a path, a transport: it names itself
             parts.append(value)
         else:
@@ -291,6 +293,8 @@ def group_records(spec: PlotSpec, records: Iterable[Record]) -> list[Group]:
     if not mine:
         return []
     used = set(spec.series) | set(spec.split)
+    # A record field that params holds too ("nbytes") is used under both names.
+    used |= {"params." + key.rsplit(".", 1)[-1] for key in spec.series}
     if spec.x.field:
         # x may be read from the record ("nbytes") while params holds it too.
         used |= {spec.x.field, "params." + spec.x.field.rsplit(".", 1)[-1]}
