@@ -55,6 +55,15 @@ def test_a_throughput_iteration_holds_at_least_four_windows(credits):
     assert n >= 4 * credits and n >= throughput.MIN_MESSAGES
 
 
+@given(st.integers(min_value=1, max_value=4096), st.integers(min_value=1, max_value=1 << 31))
+def test_a_throughput_iteration_carries_at_most_its_byte_cap(credits, nbytes):
+    n = throughput.messages_per_iteration(credits, nbytes)
+    assert n >= 1
+    assert n * nbytes <= throughput.ITERATION_BYTES_CAP or n == 1
+    if nbytes * max(throughput.MIN_MESSAGES, 4 * credits) <= throughput.ITERATION_BYTES_CAP:
+        assert n == throughput.messages_per_iteration(credits)  # small payloads: unchanged
+
+
 def test_bad_values_raise():
     with pytest.raises(ValueError):
         metrics.throughputs([0.0], 1)

@@ -64,15 +64,19 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         s, f = r["summary"], r["figures"]
-        rows.append([_size(r["nbytes"]), f.get("credits", "-"), f.get("messages_per_iteration"),
+        credits = f.get("credits", "-")
+        if f.get("credits_requested", credits) != credits:  # the byte cap left fewer in flight
+            credits = f"{credits} (of {f['credits_requested']})"
+        rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
                      ci.with_pct(_fmt(f.get("msgs_per_s"), ",.0f"), ci.rate_pct(r)),
                      _figure(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
                          "msgs/s ± 95% CI",
                          "MB/s (payload one way)", "stalls"]) + (
-        "\n# rpc_async to rank 1 with at most `credits` unanswered; rates from the p50 "
-        "iteration; MB/s = msgs/s x size / 1e6")
+        "\n# rpc_async to rank 1 with at most `credits` unanswered (an iteration carries at most "
+        "256 MiB: '4 (of 256)' ran 4 in flight); rates from the p50 iteration; MB/s = msgs/s x "
+        "size / 1e6")
 
 
 def render_transports(records: list[dict[str, Any]]) -> str:

@@ -1,7 +1,9 @@
 """rpc_throughput: `rpc_async` with up to `credits` requests in flight (a sliding window).
 
-One iteration sends MESSAGES_PER_CREDIT x credits requests (at least MIN_MESSAGES), keeping
-`credits` unanswered at any time; the peer acknowledges each without payload.  credits = 1 is
+One iteration sends MESSAGES_PER_CREDIT x credits requests (at least MIN_MESSAGES, at most
+ITERATION_BYTES_CAP of payload), keeping `credits` unanswered at any time (fewer where the cap
+leaves fewer messages: figures["credits"] is what ran, figures["credits_requested"] what was
+asked); the peer acknowledges each without payload.  credits = 1 is
 synchronous.  messages/s = messages per iteration / time; MB/s counts the payload one way.
 The window drains at the end of each iteration; with at least 4 x credits messages per
 iteration the drain is a small part of it.
@@ -19,10 +21,18 @@ from .harness import PEER, drive, payload, require_pair, sink
 FAMILY = "rpc_throughput"
 MESSAGES_PER_CREDIT = 4
 MIN_MESSAGES = 32
+# An iteration carries at most this many payload bytes (as p2p caps a window): 1024 messages
+# of 64 MiB would be 64 GiB per iteration, minutes per point, for no new information.
+ITERATION_BYTES_CAP = 256 << 20
 
 
-def messages_per_iteration(credits: int) -> int:
-    return max(MIN_MESSAGES, MESSAGES_PER_CREDIT * credits)
+def messages_per_iteration(credits: int, nbytes: int = 0) -> int:
+    """Messages per iteration: MESSAGES_PER_CREDIT x credits (at least MIN_MESSAGES), within
+    ITERATION_BYTES_CAP, at least one."""
+    wanted = max(MIN_MESSAGES, MESSAGES_PER_CREDIT * credits)
+    if nbytes > 0:
+        wanted = min(wanted, ITERATION_BYTES_CAP // nbytes)
+    return max(1, wanted)
 
 
 def run_throughput(distbench: Any, rpc_agent: Any, nbytes: int, credits: int) -> None:
@@ -31,12 +41,13 @@ def run_throughput(distbench: Any, rpc_agent: Any, nbytes: int, credits: int) ->
         raise ValueError(f"credits must be >= 1, got {credits}")
     peer = rpc_agent.worker_names[PEER]
     data = payload(nbytes)
-    messages = messages_per_iteration(credits)
+    messages = messages_per_iteration(credits, nbytes)
+    used = min(credits, messages)  # no more in flight than an iteration sends
 
     def window() -> None:
         in_flight: deque = deque()
         for _ in range(messages):
-            if len(in_flight) >= credits:
+            if len(in_flight) >= used:
                 in_flight.popleft().wait()
             in_flight.append(rpc.rpc_async(peer, sink, args=(data,)))
         while in_flight:
@@ -44,4 +55,4 @@ def run_throughput(distbench: Any, rpc_agent: Any, nbytes: int, credits: int) ->
 
     drive(distbench, rpc_agent.rank, window, nbytes=nbytes, family=FAMILY, messages=messages,
           bytes_per_iteration=messages * nbytes, direction="one way",
-          figures={"credits": credits})
+          figures={"credits": used, "credits_requested": credits})
