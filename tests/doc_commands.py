@@ -31,6 +31,13 @@ SLOW = (
         int(n) for n in a.split("=", 1)[1].split(",")) > 512 for a in argv),
      "thousands of store clients"),
     (lambda argv: _runs_everything(argv), "every suite (the main job's selection)"),
+    (lambda argv: any(a.startswith("--distbench-credits=") and len(a.split(",")) >= 3
+                      for a in argv) and not any(a.startswith("--tensor-size=") for a in argv),
+     "every default size x three or more credit counts"),
+    (lambda argv: "--distbench-allocate=2GiB" in argv and "-k" in argv,
+     "a whole family under gigabytes of memory pressure per rank"),
+    (lambda argv: sum(a.startswith("pytest_distbench.suites.") for a in argv) >= 2,
+     "two whole suites at every default size"),
     (lambda argv: any(a.startswith("--tensor-size=") and any(
         s.endswith(("GB", "GiB")) or s.endswith(("640MB",)) for s in a.split("=", 1)[1].split(","))
         for a in argv), "messages of hundreds of MB to GB"),
@@ -164,9 +171,9 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
 def _budget(argv: list[str]) -> list[str]:
     extra = ["-p", "no:cacheprovider"]
     if any(a.startswith("--distbench-duration=") for a in argv):
-        extra += ["--distbench-duration=1s", "--distbench-timeout=120s"]
+        extra += ["--distbench-duration=0.5s", "--distbench-timeout=120s"]
         if any(a.startswith("--distbench-report-every=") for a in argv):
-            extra.append("--distbench-report-every=0.5s")
+            extra.append("--distbench-report-every=0.25s")
         return extra
     extra += BUDGET
     if any(a.startswith("--distbench-rounds=") for a in argv) or any(
