@@ -2,7 +2,7 @@
 
     python benchmarks/bench_agent_observer.py --upstream DIR [--rounds 3]
         [--world-sizes 4,10] [--batch true,false] [--episodes 10] [--steps 100]
-        [--tolerance 0.10] [--product-args="--distbench-bind=none"]
+        [--tolerance 0.10] [--product-args="--distbench-bind=none"] [--spawned]
 
 DIR holds upstream's four scripts from pytorch/pytorch benchmarks/distributed/rpc/rl
 (launcher.py, agent.py, observer.py, coordinator.py), unmodified; they are not part of this
@@ -11,7 +11,10 @@ round and second in the next: `pytest --distbench --pyargs pytest_distbench.suit
 agent_observer` at the same settings, and upstream's `launcher.py` in its own spawned
 processes.  Printed per point: the median over rounds of agent latency p50, agent throughput
 p50, observer latency p50 and observer throughput p50 for each side, the product/upstream
-ratio of the medians and the spread of the per-round ratios.  Exits 1 when a median ratio of
+ratio of the medians and the spread of the per-round ratios.  With --spawned the product's
+agent/observer classes run without pytest, in processes spawned as upstream's launcher spawns
+its own (unpinned, fresh interpreters, env:// rendezvous), which separates the work per step
+from the harness's placement.  Exits 1 when a median ratio of
 agent latency p50 or agent throughput p50 is outside 1 +- tolerance (`--tolerance 0` to only
 print).
 
@@ -62,6 +65,42 @@ if __name__ == "__main__":
     launcher.main()
 '''
 
+SPAWNED = '''\
+import json, os, sys
+import numpy as np
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+sys.path.insert(0, {repo!r})
+
+
+def worker(rank, world_size, port, batch, episodes, steps, queue):
+    from pytest_distbench.families.rpc import agent_observer
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    names = [f"worker{{r}}" for r in range(world_size)]
+    rpc.init_rpc(names[rank], rank=rank, world_size=world_size)
+    if rank == 0:
+        result = agent_observer.coordinate(
+            names, batch=batch, state_size=(10, 20, 10), nlayers=5, out_features=10,
+            episodes=episodes, steps=steps)
+        queue.put({{side: float(np.percentile(result[side], 50))
+                   for side in ("agent", "observer")}})
+    rpc.shutdown()
+
+
+if __name__ == "__main__":
+    world_size, batch, port = int(sys.argv[1]), sys.argv[2] == "True", int(sys.argv[3])
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    procs = [ctx.Process(target=worker, args=(r, world_size, port, batch, {episodes}, {steps},
+                                              queue)) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    result = queue.get()
+    for p in procs:
+        p.join()
+    print(json.dumps(result))
+'''
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -90,6 +129,24 @@ def run_product(tmp: Path, world_size: int, batch: bool, episodes: int, steps: i
         _fail(proc, f"product ws{world_size} batch={batch}")
     record = json.loads(out.read_text())["benchmarks"][0]["distbench"]
     return {m: record["figures"]["metrics"][m]["p50"] for m in METRICS}
+
+
+def run_spawned(tmp: Path, world_size: int, batch: bool, episodes: int,
+                steps: int) -> dict[str, float]:
+    script = tmp / "product_spawned.py"
+    script.write_text(SPAWNED.format(repo=str(Path(__file__).resolve().parents[1]),
+                                     episodes=episodes, steps=steps))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(world_size), str(batch), str(_free_port())],
+        capture_output=True, text=True, timeout=1200, cwd=tmp)
+    if proc.returncode != 0:
+        _fail(proc, f"product (spawned) ws{world_size} batch={batch}")
+    p50 = json.loads(proc.stdout.strip().splitlines()[-1])
+    observers = world_size - 2
+    return {"agent_latency_s": p50["agent"], "observer_latency_s": p50["observer"],
+            # p50 of the per-sample throughputs; equal to this for an odd sample count
+            "agent_throughput": (observers if batch else 1) / p50["agent"],
+            "observer_throughput": 1 / p50["observer"]}
 
 
 def run_upstream(tmp: Path, upstream: Path, world_size: int, batch: bool, episodes: int,
@@ -122,6 +179,9 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--spawned", action="store_true",
+                        help="run the product's classes in upstream-style spawned processes "
+                             "instead of through pytest")
     parser.add_argument("--product-args", default="",
                         help="extra pytest arguments for the product's runs, space separated")
     args = parser.parse_args()
@@ -140,9 +200,10 @@ def main() -> int:
         tmp = Path(tmp_name)
         for round_no in range(args.rounds):
             for ws, batch in points:
-                sides = [("product", lambda ws=ws, batch=batch: run_product(
-                              tmp, ws, batch, args.episodes, args.steps,
-                              args.product_args.split())),
+                sides = [("product", lambda ws=ws, batch=batch: run_spawned(
+                              tmp, ws, batch, args.episodes, args.steps) if args.spawned
+                          else run_product(tmp, ws, batch, args.episodes, args.steps,
+                                           args.product_args.split())),
                          ("upstream", lambda ws=ws, batch=batch: run_upstream(
                               tmp, upstream, ws, batch, args.episodes, args.steps))]
                 if round_no % 2:
@@ -154,7 +215,8 @@ def main() -> int:
                       f"{p['agent_latency_s'] * 1e3:.3f} ms upstream "
                       f"{u['agent_latency_s'] * 1e3:.3f} ms", flush=True)
     print(f"\n{args.episodes} episodes x {args.steps} steps, state 10-20-10, 5 layers, "
-          f"10 features; product {' '.join(['pytest', *args.product_args.split()])}; "
+          f"10 features; product "
+          f"{'spawned' if args.spawned else ' '.join(['pytest', *args.product_args.split()])}; "
           f"median of {args.rounds} alternating rounds "
           f"({time.perf_counter() - began:.0f} s); load average {os.getloadavg()[0]:.1f}")
     outside = []
