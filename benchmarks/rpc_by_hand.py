@@ -68,7 +68,7 @@ class Agent:
     def __init__(self, observers: int) -> None:
         self.policy = nn.Sequential(nn.Flatten(1, -1), nn.Linear(math.prod(STATE), OUT),
                                     *[nn.Linear(OUT, OUT) for _ in range(NLAYERS)],
-                                    nn.Softmax(dim=-1))
+                                    nn.Softmax(dim=0))  # the seed's dim, as the plugin's
         self.observers = observers
         self.states = torch.zeros(observers, *STATE)
         self.lock = threading.Lock()
@@ -88,16 +88,14 @@ class Agent:
             me.states[slot].copy_(state)
             reply = me.future.then(lambda f: int(f.value()[slot]))
             me.count += 1
-            ready = None
             if me.count == me.observers:
                 d = Categorical(me.policy(me.states))
                 actions = d.sample()
                 me.kept.append(d.log_prob(actions))
-                me.latencies.append(time.perf_counter() - me.first)
                 me.count = 0
                 ready, me.future = me.future, torch.futures.Future()
-        if ready is not None:
-            ready.set_result(actions)
+                ready.set_result(actions)  # answers every observer before the clock stops
+                me.latencies.append(time.perf_counter() - me.first)
         return reply
 
     def drain(self):

@@ -137,3 +137,111 @@ def test_a_raising_rpc_handler_fails_with_the_peers_traceback_and_the_next_test_
         "*boom from the peer*",
     ])
     assert "fail_in_handler" in result.stdout.str()  # the peer's own frame
+
+
+# The agent/observer's work per step is the seed's (pytorch/pytorch
+# benchmarks/distributed/rpc/rl: agent.py, observer.py), checked in one process: the handlers
+# are plain functions of the agent behind its RRef, so a stand-in RRef drives them.
+
+
+class _Ref:
+    def __init__(self, value=None):
+        self.value = value
+
+    def local_value(self):
+        return self.value
+
+    def owner(self):
+        return "agent"
+
+
+def _agent(observers, batch, state_size=(2, 3), nlayers=2, out_features=4):
+    from pytest_distbench.families.rpc.agent_observer import Agent
+
+    agent = Agent(observers, batch, state_size, nlayers, out_features)
+    seen = []
+    agent.policy.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    return agent, seen
+
+
+def test_the_policy_is_the_seeds_and_normalises_over_dim_0():
+    import torch
+    from torch import nn
+
+    from pytest_distbench.families.rpc.agent_observer import build_policy
+
+    policy = build_policy((10, 20, 10), 5, 10)
+    linears = [m for m in policy if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(2000, 10)] + [(10, 10)] * 5
+    assert isinstance(policy[-1], nn.Softmax) and policy[-1].dim == 0
+    probs = policy(torch.rand(8, 10, 20, 10))
+    assert probs.shape == (8, 10)
+    assert torch.allclose(probs.sum(dim=0), torch.ones(10))  # over the batch, as the seed
+
+
+def test_batching_answers_every_observer_once_per_step_inside_the_timed_region():
+    import time
+
+    import torch
+
+    from pytest_distbench.families.rpc.agent_observer import Agent
+
+    agent, seen = _agent(3, True)
+    ref = _Ref(agent)
+    for step in range(2):
+        # A slow answer: the seed stops the clock after the step's future has run every
+        # observer's callback, so the step's latency includes it.
+        agent.actions.then(lambda _fut: time.sleep(0.05))
+        states = torch.rand(3, 2, 3)
+        answers = [Agent.select_batch(ref, slot, states[slot]) for slot in range(2)]
+        assert not any(a.done() for a in answers) and len(agent.latencies) == step
+        answers.append(Agent.select_batch(ref, 2, states[2]))
+        assert all(a.done() for a in answers)
+        assert all(isinstance(a.value(), int) and 0 <= a.value() < 4 for a in answers)
+        assert len(agent.latencies) == step + 1 and agent.latencies[-1] >= 0.05
+        assert torch.equal(seen[-1], states) and len(seen) == step + 1  # one forward a step
+        assert agent.log_probs[-1].shape == (3,)
+    assert len(agent.log_probs) == 2
+    agent.end_episode([torch.zeros(5)] * 3)
+    assert len(agent.log_probs) == 2  # kept across episodes, as the seed keeps them
+
+
+def test_without_batching_each_request_is_one_forward_and_log_probs_are_kept_per_observer():
+    import torch
+
+    from pytest_distbench.families.rpc.agent_observer import Agent
+
+    agent, seen = _agent(2, False)
+    ref = _Ref(agent)
+    actions = [Agent.select_one(ref, slot, torch.rand(2, 3, dtype=torch.float64))
+               for slot in (0, 0, 1)]
+    assert all(isinstance(a, int) and 0 <= a < 4 for a in actions)
+    assert [(x.shape, x.dtype) for x in seen] == [((1, 2, 3), torch.float32)] * 3
+    assert {slot: len(v) for slot, v in agent.log_probs.items()} == {0: 2, 1: 1}
+    rewards = [torch.ones(3), torch.zeros(3)]
+    assert len(agent.end_episode(rewards)) == 3 and agent.latencies == []
+    Agent.select_one(ref, 1, torch.rand(2, 3))
+    assert {slot: len(v) for slot, v in agent.log_probs.items()} == {0: 2, 1: 2}
+    assert [len(v) for v in agent.rewards.values()] == [1, 1]
+    assert torch.equal(agent.rewards[0][0], torch.ones(3))
+
+
+def test_an_observer_sends_its_state_each_step_and_keeps_the_episodes_rewards(monkeypatch):
+    import torch
+
+    from pytest_distbench.families.rpc import agent_observer
+
+    sent = []
+
+    def fake_rpc_sync(to, fn, args):
+        assert to == "agent" and fn is agent_observer.Agent.select_one
+        sent.append(args)
+        return 1
+
+    monkeypatch.setattr(agent_observer.rpc, "rpc_sync", fake_rpc_sync)
+    observer = agent_observer.Observer(3, (10, 20, 10), batch=False)
+    rewards, latencies = observer.run_episode(_Ref(), 6)
+    assert len(latencies) == 6 and len(sent) == 6
+    assert all(slot == 3 and state.shape == (10, 20, 10) for _, slot, state in sent)
+    assert all(not torch.equal(a[2], b[2]) for a, b in zip(sent, sent[1:], strict=False))
+    assert rewards.shape == (6,) and set(rewards.tolist()) <= {0.0, 1.0}

@@ -2,15 +2,25 @@
 
 Roles follow the seed (benchmarks/distributed/rpc/rl): rank 0 is the coordinator, rank 1 the
 agent, ranks 2..n-1 the observers.  Each episode the coordinator asks every observer to run
-`steps` steps; a step sends the observer's state to the agent with `rpc_sync` and waits for an
-action.  The agent runs a policy network (Flatten, Linear(prod(state), out), `nlayers` x
-Linear(out, out), softmax) and samples an action:
+`steps` steps; a step sends the observer's state to the agent with `rpc_sync`, waits for an
+action, then makes the environment's next state (`torch.rand` of the state shape) and a
+reward (0 or 1, kept in the episode's reward tensor).  The agent runs the seed's policy
+(Flatten, Linear(prod(state), out), `nlayers` x Linear(out, out), then softmax over dim 0, as
+the seed does) and samples an action from a Categorical over its output:
 
-- batch mode: it waits until every observer's state of this step has arrived, runs the policy
-  once on the stacked states, and answers all of them (an async-execution RPC, so no thread
-  waits); agent latency = first request of the batch received -> actions selected, batch size
-  = number of observers;
-- otherwise: one forward pass per request; agent latency = that pass, batch size 1.
+- batch mode: each request copies its state into the agent's batch and chains its answer onto
+  the step's future; the request that completes the batch runs the policy once on the stacked
+  states, samples, keeps the log-probabilities, resolves the step's future (which answers
+  every observer) and only then stops the clock, all under the agent's lock, as the seed does;
+  agent latency = first request of the batch received -> every request answered, batch size =
+  number of observers;
+- otherwise: one forward pass per request on `state.float().unsqueeze(0)`; agent latency =
+  that pass with its sampling and its kept log-probability, batch size 1.
+
+Kept across steps and episodes, as in the seed: the log-probabilities (one list per step in
+batch mode, one list per observer otherwise; never cleared during the run), the policy and an
+Adam optimizer over it (built, never stepped), the episode's rewards (handed to the agent's
+end of episode with the observers' returns).  The agent's latencies are reset per episode.
 
 Observer latency is the observer's `rpc_sync` round trip.  Throughputs are derived per sample
 (metrics.py).  The coordinator gathers every sample; all ranks then hand the same samples to
@@ -21,6 +31,7 @@ carrying the four metrics at p50/p75/p90/p95 in their figures.
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from typing import Any
@@ -37,6 +48,7 @@ FAMILY = "agent_observer"
 COORDINATOR = 0
 AGENT = 1
 FIRST_OBSERVER = 2
+SOFTMAX_DIM = 0  # the seed's: over the batch dimension; Categorical renormalises each row
 
 
 def build_policy(state_size: tuple[int, ...], nlayers: int, out_features: int) -> nn.Module:
@@ -44,7 +56,7 @@ def build_policy(state_size: tuple[int, ...], nlayers: int, out_features: int) -
         nn.Flatten(1, -1),
         nn.Linear(math.prod(state_size), out_features),
         *[nn.Linear(out_features, out_features) for _ in range(nlayers)],
-        nn.Softmax(dim=-1),
+        nn.Softmax(dim=SOFTMAX_DIM),
     )
 
 
@@ -56,55 +68,58 @@ class Agent:
         self.observers = observers
         self.batch = batch
         self.policy = build_policy(tuple(state_size), nlayers, out_features)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=1e-2)  # as the seed
         self.states = torch.zeros(observers, *state_size)
         self.lock = threading.Lock()
-        self.waiting = 0
+        self.pending = observers
         self.batch_started = 0.0
         self.actions: torch.futures.Future = torch.futures.Future()
         self.latencies: list[float] = []
-        self.log_probs: list[torch.Tensor] = []  # kept for the episode, as a trainer would
-
-    def _sample(self, states: torch.Tensor) -> torch.Tensor:
-        distribution = Categorical(self.policy(states))
-        actions = distribution.sample()
-        self.log_probs.append(distribution.log_prob(actions))
-        return actions
+        # Kept for the whole run, as the seed keeps them (a trainer would use them).
+        self.log_probs: list[torch.Tensor] | dict[int, list[torch.Tensor]] = (
+            [] if batch else {slot: [] for slot in range(observers)})
+        self.rewards: dict[int, list[torch.Tensor]] = {slot: [] for slot in range(observers)}
 
     @staticmethod
     @rpc.functions.async_execution
     def select_batch(agent_rref: Any, slot: int, state: torch.Tensor) -> torch.futures.Future:
         agent: Agent = agent_rref.local_value()
+        # Outside the lock, as in the seed: no observer sends its next state before the step's
+        # future is resolved, and the future is replaced only by this step's last request.
+        agent.states[slot].copy_(state)
+        answer = agent.actions.then(lambda fut: fut.wait()[slot].item())
         with agent.lock:
-            if agent.waiting == 0:
+            if agent.pending == agent.observers:
                 agent.batch_started = time.perf_counter()
-            agent.states[slot].copy_(state)
-            answer = agent.actions.then(lambda fut: int(fut.value()[slot]))
-            agent.waiting += 1
-            if agent.waiting == agent.observers:
-                actions = agent._sample(agent.states)
-                agent.latencies.append(time.perf_counter() - agent.batch_started)
-                agent.waiting = 0
+            agent.pending -= 1
+            if agent.pending == 0:
+                agent.pending = agent.observers
+                distribution = Categorical(agent.policy(agent.states))
+                actions = distribution.sample()
+                agent.log_probs.append(distribution.log_prob(actions).t())
                 done, agent.actions = agent.actions, torch.futures.Future()
-            else:
-                done = None
-        if done is not None:
-            done.set_result(actions)  # outside the lock: it runs the waiting callbacks
+                done.set_result(actions)  # runs every observer's callback: their answers
+                agent.latencies.append(time.perf_counter() - agent.batch_started)
         return answer
 
     @staticmethod
     def select_one(agent_rref: Any, slot: int, state: torch.Tensor) -> int:
         agent: Agent = agent_rref.local_value()
         started = time.perf_counter()
-        action = agent._sample(state.unsqueeze(0))
+        distribution = Categorical(agent.policy(state.float().unsqueeze(0)))
+        action = distribution.sample()
+        agent.log_probs[slot].append(distribution.log_prob(action))
         latency = time.perf_counter() - started
         with agent.lock:
             agent.latencies.append(latency)
-        return int(action[0])
+        return action.item()
 
-    def end_episode(self) -> list[float]:
-        """The episode's agent latencies; forget them and the kept log-probabilities."""
+    def end_episode(self, rewards: list[torch.Tensor]) -> list[float]:
+        """The episode's agent latencies (forgotten here); keep the observers' rewards."""
         with self.lock:
-            latencies, self.latencies, self.log_probs = self.latencies, [], []
+            latencies, self.latencies = self.latencies, []
+            for slot, episode_rewards in enumerate(rewards):
+                self.rewards[slot].append(episode_rewards)
         return latencies
 
 
@@ -116,16 +131,22 @@ class Observer:
         self.state_size = tuple(state_size)
         self.select = Agent.select_batch if batch else Agent.select_one
 
-    def run_episode(self, agent_rref: Any, steps: int) -> list[float]:
-        """`steps` steps; the latency of each select-action round trip, seconds."""
+    def step(self, action: int) -> tuple[torch.Tensor, int]:
+        """The environment's next state and a reward (random, as the seed's)."""
+        return torch.rand(self.state_size), random.randint(0, 1)
+
+    def run_episode(self, agent_rref: Any, steps: int) -> tuple[torch.Tensor, list[float]]:
+        """`steps` steps; the episode's rewards and each select-action round trip, seconds."""
+        rewards = torch.zeros(steps)
         latencies = []
         state = torch.rand(self.state_size)
-        for _ in range(steps):
+        for step in range(steps):
             started = time.perf_counter()
-            rpc.rpc_sync(agent_rref.owner(), self.select, args=(agent_rref, self.slot, state))
+            action = rpc.rpc_sync(agent_rref.owner(), self.select,
+                                  args=(agent_rref, self.slot, state))
             latencies.append(time.perf_counter() - started)
-            state = torch.rand(self.state_size)  # the environment's next state
-        return latencies
+            state, rewards[step] = self.step(action)
+        return rewards, latencies
 
 
 def coordinate(names: list[str], *, batch: bool, state_size: tuple[int, ...], nlayers: int,
@@ -144,9 +165,10 @@ def coordinate(names: list[str], *, batch: bool, state_size: tuple[int, ...], nl
     for _ in range(episodes):
         began = time.perf_counter()
         runs = [ref.rpc_async().run_episode(agent, steps) for ref in observer_refs]
-        for latencies in torch.futures.wait_all(runs):
+        returns = torch.futures.wait_all(runs)
+        for _, latencies in returns:
             observer_latencies.extend(latencies)
-        agent_latencies.extend(agent.rpc_sync().end_episode())
+        agent_latencies.extend(agent.rpc_sync().end_episode([r for r, _ in returns]))
         episode_s.append(time.perf_counter() - began)
     return {"agent": agent_latencies, "observer": observer_latencies, "episode_s": episode_s}
 
