@@ -77,7 +77,10 @@ def test_duration_run_stops_near_its_duration_with_every_rank_agreeing(pytester,
     assert record["duration_s"] == 1.5
     assert [len(s) for s in record["rank_samples"]] == [record["iterations"]] * 2
     slow = sum(record["rank_samples"][1])  # the rank that sets the pace
-    assert 1.4 <= slow <= 1.5 + 1.0, slow
+    # Its sleeps fill most of the run (the rest is the loop and the chunk agreements)...
+    assert 1.0 <= slow <= 1.5 + 1.0, slow
+    # ...and the run lasted its duration on both ranks (the sanity rules hold it to that).
+    assert all(1.35 <= e <= 2.5 for e in record["elapsed_s"]), record["elapsed_s"]
 
 
 def test_live_lines_in_order_with_consistent_totals(pytester, distbench_run):

@@ -89,7 +89,8 @@ def test_suite_defaults_apply_only_where_the_user_says_nothing(pytester, distben
         pytestmark = pytest.mark.distbench(defaults={"tensor_size": "1KiB,2KiB"})
 
         def test_sized(distbench, nbytes):
-            distbench.measure(lambda: None, nbytes=nbytes, family="probe")
+            # Sized, but moving nothing: no bandwidth, so no sanity rule to break.
+            distbench.measure(lambda: None, family="probe", figures={"nbytes": nbytes})
         """
     )
     own = distbench_run("--distbench", "--distbench-iterations=2", "-v")

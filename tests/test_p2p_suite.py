@@ -295,7 +295,7 @@ def test_a_rank_failing_mid_transfer_is_reported_and_the_world_recovers(pytester
     # Rank 0 waits for an acknowledgement that never comes: stopped, and a new world serves
     # the next test.
     assert "ranks [0] were still running after that and were stopped" in out
-    assert out.count("gloo ws2 cpu") == 2
+    assert "gloo ws2 cpu x2 (" in out  # two worlds started
 
 
 def test_message_rate_over_rpc_counts_every_message_and_checks_it(pytester, distbench_run):

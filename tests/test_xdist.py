@@ -44,14 +44,14 @@ def test_xdist_loses_nothing_and_writes_each_file_once(pytester, distbench_run):
               "--distbench-iterations=5"]
     plain = distbench_run(*common, "--distbench-json=plain.json", "--distbench-save=plain")
     plain.assert_outcomes(passed=4)
-    # One benchmark's baseline is 1000x faster (a sure regression), the others 1000x slower.
+    # One benchmark's baseline is 1000x faster (a sure slowdown), the others 1000x slower.
     _scale_times(pytester.path / "baselines/plain.json",
                  lambda rid: 1e-3 if rid.endswith("test_reduce[gloo-ws2-1KiB-1]") else 1e3)
     spread = distbench_run(*common, "-n", "2", "--distbench-json=xdist.json",
                            "--distbench-save=xdist", "--distbench-compare=plain")
-    spread.assert_outcomes(passed=3, failed=1)
-    spread.stdout.fnmatch_lines(["*_ test_reduce[[]gloo-ws2-1KiB-1[]] _*",
-                                 "*performance regression against*plain.json*"])
+    # One stored run reports and fails nothing (docs/gating.md): the merged comparison shows it.
+    spread.assert_outcomes(passed=4)
+    spread.stdout.fnmatch_lines(["*test_reduce[[]gloo-ws2-1KiB-1[]]*regression*"])
     output = spread.stdout.str()
     assert "WARNING: pytest-xdist runs 2 workers at once" in output
     assert output.count("distbench results") == 1  # one set of tables, from the controller

@@ -130,8 +130,9 @@ def judge_records(
         detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
         noise = "within-run only: run-to-run noise unknown (1 stored run)"
     if (kind in ("regression", "improvement") and change is not None and detectable is not None
-            and abs(change) < detectable):
-        # A change smaller than this comparison can tell from its own noise is not one.
+            and change > -1 and abs(math.log1p(change)) < math.log1p(detectable)):
+        # A change smaller than this comparison can tell from its own noise is not one (in
+        # ratio terms: detectable +50 % slower is the same size as 1/1.5 faster).
         kind = "unchanged"
     if kind in ("regression", "improvement") and z is None and _intervals_overlap(base, cur):
         # Two runs whose p50 intervals overlap have not shown different p50s.
