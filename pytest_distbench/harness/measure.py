@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ..results.statistics.interval import median_ranks
+from ..results.statistics.interval import median_interval
 from . import cuda_timing, rss
 from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
@@ -492,14 +492,10 @@ class _Iterations:
         return len(self._samples) * self._batch
 
 
-def _precise(samples: Iterable[float], precision: float) -> bool:
+def _precise(samples: Sequence[float], precision: float) -> bool:
     """Whether the 95 % interval of the median of `samples` is within `precision` of it."""
-    ordered = sorted(samples)
-    ranks = median_ranks(len(ordered))
-    if ranks is None:
+    bounds = median_interval(samples)
+    if bounds is None:
         return False
-    middle = statistics.median(ordered)
-    if middle <= 0:
-        return False
-    low, high = ordered[ranks[0] - 1], ordered[ranks[1] - 1]
-    return (high - low) / 2 / middle <= precision
+    middle = statistics.median(samples)
+    return middle > 0 and (bounds[1] - bounds[0]) / 2 / middle <= precision

@@ -385,11 +385,8 @@ def _precision_record(record: dict[str, Any]) -> None:
     stopped_by = figures.pop("stopped_by", None)
     if target is None:
         return
-    ci = record.get("p50_ci") or {}
-    p50 = record["summary"]["p50"]
-    achieved = None
-    if ci.get("low") is not None and ci.get("high") is not None and p50 > 0:
-        achieved = (ci["high"] - ci["low"]) / 2 / p50
+    pct = (record.get("p50_ci") or {}).get("half_width_pct")  # what summarize_record stored
+    achieved = None if pct is None else pct / 100
     record["precision"] = {"target": target, "achieved": achieved,
                            "met": achieved is not None and achieved <= target,
                            "stopped_by": stopped_by}
