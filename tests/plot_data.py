@@ -11,6 +11,7 @@ from typing import Any
 
 from results_data import ENVIRONMENT
 
+from pytest_distbench.registry import completed_figures
 from pytest_distbench.results.statistics.stats import summarize
 
 SIZES = [4 << (2 * i) for i in range(13)]  # 4 B .. 64 MiB, x4
@@ -29,7 +30,7 @@ def record(family: str, *, seconds: float, backend: str = "gloo", world_size: in
     ident = "-".join(str(v) for v in [backend, f"ws{world_size}", *params.values()])
     name = f"test_{family}[{ident}]"
     algbw = nbytes / summary["p50"] / 1e9 if nbytes else None
-    return {
+    made = {
         "id": f"suite.py::{name}", "name": name, "family": family, "backend": backend,
         "world_size": world_size, "device": "cpu", "params": params, "nbytes": nbytes,
         "count": None if nbytes is None else nbytes // 4, "dtype": "float32",
@@ -38,6 +39,8 @@ def record(family: str, *, seconds: float, backend: str = "gloo", world_size: in
         "busbw_gbps": None if algbw is None or busbw_factor is None else algbw * busbw_factor,
         "wrong": 0, "skew": 1.0, "stalls": 0, "threshold": None, "figures": figures or {},
     }
+    made["figures"] = completed_figures(made)  # a family's derived figures, as the pipeline's
+    return made
 
 
 def collectives(world_sizes=(2, 4), backends=("gloo",)) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from pytest_distbench.families.p2p.rates import (
     rounds_per_iteration,
     slot_count,
 )
+from pytest_distbench.results.statistics.stats import summarize
 from pytest_distbench.units import parse_size, parse_size_list, size_id
 
 FAST = settings(max_examples=60, deadline=None)
@@ -171,14 +172,15 @@ def test_osu_rate_and_arras_tables():
     bw = _record("p2p_bandwidth", 1000, [1e-3], {"messages_per_iteration": 64, "window": 64,
                                                   "pairs": 1})
     row = tables.render_osu([bw]).splitlines()[2].split()
-    assert row[:4] == ["1000", "64", "1", "64.00"]  # 64 x 1000 B in 1 ms = 64 MB/s
+    assert row[:4] == ["1000", "64", "1", "64.00"]  # 64 x 1000 B in 1 ms = 64 MB/s, 4 digits
     mr = _record("message_rate", 1, [0.5, 0.5], {"messages_per_iteration": 100, "credits": 10,
                                                  "path": "computation_to_client",
                                                  "transport": "rpc"}, wrong=3)
     row = tables.render_arras([mr]).splitlines()[2].split()
-    # Two iterations are too few blocks for the rate's interval: the table says so.
-    assert row == ["rpc", "computation_to_client", "1", "10", "200.00", "(no", "CI:", "n", "too",
-                   "small)", "5,000.00", "0.0002", "200", "1.00", "3"]
+    # Two iterations are too few blocks for the rate's interval: the table says so. Every
+    # figure in one format: four significant digits, thousands separators.
+    assert row == ["rpc", "computation_to_client", "1", "10", "200.0", "(no", "CI:", "n", "too",
+                   "small)", "5,000", "0.0002000", "200", "1.000", "3"]
 
 
 def test_a_whole_region_rate_carries_its_block_bootstrap_interval():
@@ -287,3 +289,18 @@ def test_wrong_bytes_counts_exactly_what_differs():
     assert e.wrong_bytes() == 1 + int((pattern(0, 0, 5) != pattern(1, 0, 5)).sum())
     e.clear()
     assert e.wrong_bytes() == 300
+
+
+def test_every_p2p_table_marks_a_point_short_of_its_precision_target():
+    short = {"target": 0.02, "achieved": 0.18, "met": False, "stopped_by": "budget",
+             "statistic": "p50"}
+    latency = _record("p2p_latency", 64, [1e-4 * (1 + i % 5) for i in range(40)],
+                      {"messages_per_iteration": 2, "round_trip": True})
+    bandwidth = _record("p2p_bandwidth", 64, [1e-3 * (1 + i % 5) for i in range(40)],
+                        {"messages_per_iteration": 64, "window": 64, "pairs": 1})
+    for record in (latency, bandwidth):
+        record["summary"] = summarize(record["samples"]).as_dict()
+        assert "*" not in tables.render_osu([record]).splitlines()[2]
+        record["precision"] = short
+        text = tables.render_osu([record])
+        assert re.search(r"± [\d.]+ %\*", text.splitlines()[2]), text

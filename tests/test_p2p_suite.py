@@ -108,8 +108,11 @@ def test_message_rate_paths_and_credits_skip_when_ranks_are_too_few(pytester, di
     for r in records:
         f = r["figures"]
         credits = f["credits"]
-        # About 64 small messages per iteration, in whole rounds of `credits`.
-        assert f["messages_per_iteration"] == credits * math.ceil(64 / credits)
+        # At most about 64 small messages per iteration, in whole rounds of `credits`: fewer
+        # rounds where 64 would not let --distbench-min-iterations fit the budget.
+        assert f["messages_per_iteration"] == credits * f["rounds_per_iteration"]
+        assert 1 <= f["rounds_per_iteration"] <= math.ceil(64 / credits)
+        assert r["iterations"] >= 5
         assert r["params"]["credits"] == credits and r["params"]["path"] == f["path"]
         assert (f["sender"], f["receiver"]) == (
             (0, 1) if f["path"] == "client_to_computation" else (1, 0))
@@ -303,7 +306,8 @@ def test_message_rate_over_rpc_counts_every_message_and_checks_it(pytester, dist
     result = distbench_run(
         "--distbench", "--pyargs", "pytest_distbench.suites.test_message_rate",
         "-k", "rpc and not computation_to_computation", "--world-size=2",
-        "--tensor-size=1KiB", "--distbench-credits=1,4", f"--distbench-json={out}", *FAST,
+        "--tensor-size=1KiB", "--distbench-credits=1,4", f"--distbench-json={out}",
+        "--distbench-iterations=3", "--distbench-warmup=1",
     )
     result.assert_outcomes(passed=4)
     records = _records(out)
@@ -314,8 +318,9 @@ def test_message_rate_over_rpc_counts_every_message_and_checks_it(pytester, dist
         assert f["transport"] == "rpc"
         assert r["wrong"] == 0
         assert r["nbytes"] == 1024
+        # Count mode: the user's iterations, each the full batch of about 64 messages.
         assert f["messages_per_iteration"] == f["credits"] * math.ceil(64 / f["credits"])
-        assert f["msgs_per_s"] > 0
+        assert r["iterations"] == 3 and f["msgs_per_s"] > 0
 
 
 def test_rpc_transport_without_an_agent_says_what_is_missing(pytester, distbench_run):

@@ -10,8 +10,13 @@ import statistics
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.measure import _precise
-from pytest_distbench.results.statistics.interval import median_interval
+from pytest_distbench.harness.measure import _precise_mean, _precise_median
+from pytest_distbench.harness.threads import intra_op_threads
+from pytest_distbench.results.statistics.interval import (
+    block_bootstrap_mean,
+    block_means,
+    median_interval,
+)
 
 
 @given(st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=300), st.floats(0.001, 0.5))
@@ -19,7 +24,34 @@ def test_precise_means_the_median_interval_is_within_the_target(samples, target)
     bounds = median_interval(samples)
     expected = bounds is not None and (bounds[1] - bounds[0]) / 2 / statistics.median(
         samples) <= target
-    assert _precise(samples, target) == expected
+    assert _precise_median(samples, target) == expected
+
+
+@given(st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=400), st.floats(0.001, 0.5))
+def test_a_rate_is_precise_only_with_enough_blocks_for_its_interval(samples, target):
+    # The stop rule of a rate headline never stops where the record could print no interval.
+    if _precise_mean(samples, target):
+        assert block_means(samples) is not None
+        assert block_bootstrap_mean(samples) is not None
+
+
+@given(st.floats(1e-4, 1e-2), st.integers(400, 3000))
+def test_steady_rate_samples_are_precise_and_spread_ones_are_not(base, n):
+    steady = [base * (1 + 0.001 * (i % 7)) for i in range(n)]
+    assert _precise_mean(steady, 0.02)
+    spread = [base * (1 + 9 * (i % 2)) for i in range(31)]  # 10x apart, few blocks
+    assert not _precise_mean(spread, 0.02)
+
+
+@given(st.integers(1, 256), st.integers(1, 64), st.one_of(st.none(), st.integers(1, 8)))
+def test_rank_threads_follow_torchrun_unless_the_user_chose(cpus, ranks, pinned):
+    threads = intra_op_threads({}, cpus, ranks, pinned)
+    assert threads >= 1
+    if pinned is not None:
+        assert threads == pinned
+    else:
+        assert threads * ranks <= max(cpus, ranks)  # never more threads than CPUs (or 1 each)
+    assert intra_op_threads({"OMP_NUM_THREADS": "3"}, cpus, ranks, pinned) is None
 
 
 BENCH = """
@@ -69,3 +101,28 @@ def test_precision_off_spends_the_budget(pytester, distbench_run):
     result.assert_outcomes(passed=1)
     steady = _records(out)["test_steady"]
     assert "precision" not in steady and steady["iterations"] > 150
+
+
+SLOW = """
+import time, pytest
+
+@pytest.mark.distbench
+def test_slow(distbench):
+    distbench.measure(lambda: time.sleep(0.02))
+"""
+
+
+def test_warm_up_takes_at_most_a_quarter_of_the_budget_and_all_of_it_in_count_mode(
+        pytester, distbench_run):
+    pytester.makepyfile(SLOW)
+    out = pytester.path / "w.json"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-budget=0.4s",
+                           "--distbench-warmup=10", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    # 20 ms calls (more on a loaded machine) in a quarter of 0.4 s: at most 5, not 10.
+    assert 2 <= _records(out)["test_slow"]["warmup"] <= 5
+    counted = pytester.path / "c.json"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-iterations=2",
+                           "--distbench-warmup=10", f"--distbench-json={counted}")
+    result.assert_outcomes(passed=1)
+    assert _records(counted)["test_slow"]["warmup"] == 10

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ..results.statistics.interval import median_interval
+from ..results.statistics.interval import NORMAL_975, block_means, median_interval
 from . import cuda_timing, rss
 from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
@@ -28,6 +28,11 @@ CHUNK_S = 0.05
 # The fewest samples whose median has a 95 % interval (results/statistics/interval.py): where
 # --distbench-min-iterations would overrun the budget, a budget-bound point takes this many.
 MIN_INTERVAL_SAMPLES = 6
+# Warm-up calls of a budget- or duration-bound run stop at this share of its time: a point
+# whose iterations take a second would otherwise warm up for longer than it measures.
+WARMUP_SHARE = 0.25
+# Untimed calls that size an iteration of repeated calls (repeats_within).
+FIT_CALLS = 3
 # A duration-bound run stops early rather than hold more samples than this per rank: every
 # sample travels to the controller and into the results file (the record then says so in
 # figures["stopped_at_sample_cap"]).
@@ -89,6 +94,7 @@ class Distbench:
         figures: dict[str, Any] | None = None,
         pressure_ranks: Iterable[int] | None = None,
         ranks: Iterable[int] | None = None,
+        headline: str = "p50",
     ) -> None:
         """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements.
 
@@ -97,8 +103,12 @@ class Distbench:
         `pressure_ranks` are the ranks that run the pressure options during the timed region
         (None: every rank). `ranks` are the ranks that take part in what is measured (None:
         every rank); the others run `fn` to keep in step, and their times are kept out of the
-        record.
+        record. `headline` is the statistic the precision target applies to: "p50" (the
+        median iteration) or "mean" (a rate over the whole timed region: total / time).
         """
+        if headline not in HEADLINES:
+            raise ValueError(f"distbench.measure: headline must be one of {HEADLINES}, "
+                             f"got {headline!r}")
         self._check_new(name, nbytes, "measure")
         timed_here = self._takes_part(ranks)
         s = self._settings
@@ -118,9 +128,11 @@ class Distbench:
             # One sample = one batch's per-iteration time; per_call is then per batch, so the
             # count, budget and duration loops below need no batch case of their own.
             timed, per_call, batch = self._batch_timer(fn, graph=timing == cuda_timing.CUDA_GRAPH)
+            warmed = s.warmup
         else:
             timed = self._timer(fn)
-            warm = [timed() for _ in range(s.warmup)]
+            warm = self._warm_up(timed)
+            warmed = len(warm)
             per_call = (self._agreed_per_call(timed, warm) if s.iterations is None or s.duration_s
                         else 0)
         pressure = self._prepare_pressure(pressured)
@@ -152,8 +164,10 @@ class Distbench:
                         iterations = max(floor, min(s.max_iterations, wanted))
                     if s.iterations is None and s.precision is not None:
                         figures["precision_target"] = s.precision
+                        figures["precision_statistic"] = headline
                         figures["stopped_by"] = self._run_precise(
-                            timed, samples, iterations, s.precision, per_call, timed_here)
+                            timed, samples, iterations, s.precision, per_call, timed_here,
+                            PRECISE[headline])
                     else:
                         self._run_count(timed, samples, iterations)
                 elapsed = time.perf_counter() - started
@@ -172,7 +186,7 @@ class Distbench:
             self._synchronize()
         self._keep(
             name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
-            busbw_factor=busbw_factor, warmup=s.warmup, samples=samples.tolist(), wrong=wrong,
+            busbw_factor=busbw_factor, warmup=warmed, samples=samples.tolist(), wrong=wrong,
             figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
             timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
@@ -307,6 +321,39 @@ class Distbench:
                         "measured call in a CUDA graph (their reason is in their output)")
         return launch
 
+    def repeats_within(self, fn: Callable[[], Any], most: int) -> int:
+        """How many back-to-back calls of `fn` one timed iteration should make: `most`, or
+        fewer where a time-bound run (budget or duration) could not fit
+        --distbench-min-iterations such iterations. Every rank calls it with its own `fn`
+        (a rank off the path with a no-op) and gets the same answer: the slowest rank's
+        median of a few untimed calls decides. Count mode keeps `most`.
+        """
+        s = self._settings
+        bound = s.duration_s if s.duration_s is not None else (
+            s.budget_s if s.iterations is None else None)
+        if bound is None or most <= 1:
+            return max(1, most)
+        timed = self._timer(fn)
+        one = self._agreed_per_call(timed, [timed() for _ in repeat(None, FIT_CALLS)])
+        return max(1, min(most, int(bound / max(1, s.min_iterations) / one)))
+
+    def _warm_up(self, timed: Callable[[], float]) -> list[float]:
+        """The untimed warm-up calls: --distbench-warmup of them, but in a time-bound run
+        (budget or duration) no more than WARMUP_SHARE of its time, every rank running as
+        many (the first call's slowest rank decides)."""
+        s = self._settings
+        if s.warmup == 0:
+            return []
+        warm = [timed()]
+        bound = s.duration_s if s.duration_s is not None else (
+            s.budget_s if s.iterations is None else None)
+        calls = s.warmup
+        if bound is not None and calls > 1:
+            first = self._agreed_per_call(timed, warm)
+            calls = max(1, min(calls, int(WARMUP_SHARE * bound / first)))
+        warm.extend(timed() for _ in repeat(None, calls - 1))
+        return warm
+
     def _agreed_per_call(self, timed: Callable[[], float], warm: list[float]) -> float:
         """Seconds per call every rank agrees on: the slowest rank's warm-up median."""
         if not warm:
@@ -367,10 +414,11 @@ class Distbench:
                                       async_op=True)
 
     def _run_precise(self, timed: Callable[[], float], samples: array, most: int,
-                     precision: float, per_call: float, timed_here: bool) -> str:
+                     precision: float, per_call: float, timed_here: bool,
+                     precise: Callable[[Sequence[float], float], bool]) -> str:
         """Run at least min_iterations and at most `most` iterations (the budget's), stopping
-        once the 95 % interval of the record's p50 is within `precision`: "precision" or
-        "budget", the same in every rank.
+        once `precise` says the 95 % interval of the record's headline is within `precision`:
+        "precision" or "budget", the same in every rank.
 
         The record's samples are the slowest rank's time per iteration, so that is what must
         be precise: after each chunk (~CHUNK_S) the ranks start a non-blocking MAX all-reduce
@@ -395,7 +443,7 @@ class Distbench:
                 append(timed())
             pending[0].wait()
             slowest.extend(pending[1].tolist())
-            if _precise(slowest, precision):
+            if precise(slowest, precision):
                 return "precision"
             pending = self._post_chunk(samples, posted, timed_here)
             size = self._chunk_size(CHUNK_S, statistics.fmean(slowest))
@@ -492,10 +540,27 @@ class _Iterations:
         return len(self._samples) * self._batch
 
 
-def _precise(samples: Sequence[float], precision: float) -> bool:
+def _precise_median(samples: Sequence[float], precision: float) -> bool:
     """Whether the 95 % interval of the median of `samples` is within `precision` of it."""
     bounds = median_interval(samples)
     if bounds is None:
         return False
     middle = statistics.median(samples)
     return middle > 0 and (bounds[1] - bounds[0]) / 2 / middle <= precision
+
+
+def _precise_mean(samples: Sequence[float], precision: float) -> bool:
+    """Whether the mean of `samples` (a rate's time per iteration) is known within `precision`
+    at 95 %: the normal interval of the means of the blocks the record's block bootstrap
+    uses (cheap enough to ask after every chunk; the record's own interval is the bootstrap).
+    """
+    means = block_means(samples)
+    if means is None:
+        return False
+    centre = statistics.fmean(means)
+    half = NORMAL_975 * statistics.stdev(means) / math.sqrt(len(means))
+    return centre > 0 and half / centre <= precision
+
+
+HEADLINES = ("p50", "mean")
+PRECISE = {"p50": _precise_median, "mean": _precise_mean}

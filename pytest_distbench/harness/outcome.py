@@ -366,8 +366,8 @@ def build_records(
             record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
         # An untimed rank's samples are an empty list: its loop is no figure of anything.
         summarize_record(record, [m.samples if m.timed else [] for m in ms])
-        _precision_record(record)
         record["figures"] = completed_figures(record)
+        _precision_record(record)
         try:
             check_record(record)
         except RecordError as exc:  # a bad record fails its own test, naming the field
@@ -377,19 +377,23 @@ def build_records(
 
 
 def _precision_record(record: dict[str, Any]) -> None:
-    """record["precision"] of a precision-targeted run: the target, what the record's own p50
-    interval achieved (the slowest rank per iteration: the ranks stopped on their own
-    samples), whether that meets the target and why the run stopped."""
+    """record["precision"] of a precision-targeted run: the target, what the record's own
+    headline interval achieved (the p50's, or for a rate over the timed region the rate's
+    block bootstrap), whether that meets the target and why the run stopped."""
     figures = record["figures"] = dict(record["figures"])
     target = figures.pop("precision_target", None)
     stopped_by = figures.pop("stopped_by", None)
+    statistic = figures.pop("precision_statistic", "p50")
     if target is None:
         return
-    pct = (record.get("p50_ci") or {}).get("half_width_pct")  # what summarize_record stored
+    if statistic == "mean":
+        pct = figures.get("rate_ci_pct")
+    else:
+        pct = (record.get("p50_ci") or {}).get("half_width_pct")  # what summarize_record stored
     achieved = None if pct is None else pct / 100
     record["precision"] = {"target": target, "achieved": achieved,
                            "met": achieved is not None and achieved <= target,
-                           "stopped_by": stopped_by}
+                           "stopped_by": stopped_by, "statistic": statistic}
 
 
 def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:

@@ -20,6 +20,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .threads import intra_op_threads
 from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
 _PR_SET_PDEATHSIG = 1
@@ -124,6 +125,12 @@ class Rank:
         # Pressure threads run where the process may run, not on the rank's pinned core.
         self.process_cpus = (tuple(sorted(os.sched_getaffinity(0)))
                              if hasattr(os, "sched_getaffinity") else None)
+        threads = intra_op_threads(
+            os.environ, len(self.process_cpus or ()) or (os.cpu_count() or 1),
+            int(os.environ.get("LOCAL_WORLD_SIZE", spec.world_size)),
+            len(spec.cpus) if spec.cpus else None)
+        if threads is not None:
+            torch.set_num_threads(threads)
         if spec.cpus:
             # "core": only the calling thread; the backend's I/O threads, started above, stay
             # free to run on another core instead of queueing behind the thread that waits

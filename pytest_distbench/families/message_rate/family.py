@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ...registry import Family
-from ...results.rendering.plot_spec import MBPS, MSGS, P50, Axis, Headline, Panel, PlotSpec, Value
+from ...results.rendering.plot_spec import (
+    MBPS_TOTAL,
+    MSGS_TOTAL,
+    TOTALS,
+    Axis,
+    Headline,
+    Panel,
+    PlotSpec,
+    Value,
+)
 from ..p2p.rates import record_rates
 from ..p2p.tables import render_arras
 
@@ -19,11 +28,11 @@ FAMILY = Family(
             x=Value("credits", field="params.credits"),
             x_axis=Axis("credits (messages in flight)"), series=("params.path",),
             split=("family", "backend", "world_size", "figures.transport"),
-            panels=(Panel("message rate", Axis("message rate", "msgs/s"), (MSGS,)),
-                    Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS,))),
-            headline=(Headline("", MSGS, "msgs/s"), Headline("", MBPS, "MB/s")),
+            panels=(Panel("message rate", Axis("message rate", "msgs/s"), (MSGS_TOTAL,)),
+                    Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS_TOTAL,))),
+            headline=(Headline("", MSGS_TOTAL, "msgs/s"), Headline("", MBPS_TOTAL, "MB/s")),
             title="{family} ({backend}, {world_size} ranks)",
-            note=f"{P50}; one line per path",
+            note=f"{TOTALS}; one line per path",
         ),
     ),
 )

@@ -75,13 +75,16 @@ def run_message_rate(
         pytest.skip(reason)
     if isinstance(transport, str):
         transport = make_transport(transport, distbench)
-    rounds = rounds_per_iteration(credits, nbytes)
     rank = distbench.rank
     endpoint = None
     if rank in (path.sender, path.receiver):
         sender = rank == path.sender
         endpoint = make_endpoint(transport, rank, path.receiver if sender else path.sender,
                                  sender, credits, nbytes, distbench.device)
+    # An iteration carries whole rounds; as many as the batch wants where they fit the time
+    # (a slow transport's 64 messages can last longer than a budget's iteration).
+    one_round = message_loop(endpoint, credits, 1) if endpoint is not None else _idle
+    rounds = distbench.repeats_within(one_round, rounds_per_iteration(credits, nbytes))
     fn = message_loop(endpoint, credits, rounds) if endpoint is not None else _idle
 
     def check() -> int:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ...registry import Family
 from ...results.rendering.plot_spec import (
-    MBPS,
-    MSGS,
+    MBPS_TOTAL,
+    MSGS_TOTAL,
     NBYTES,
     P50,
     SIZE,
+    TOTALS,
     Axis,
     Headline,
     Panel,
@@ -50,15 +51,16 @@ FAMILY = Family(
         ),
         PlotSpec(
             name="p2p_bandwidth", families=("p2p_bandwidth", "p2p_bibw"), x=NBYTES, x_axis=SIZE,
-            panels=(Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS,)),),
-            headline=(Headline("", MBPS, "MB/s"),),
-            note=f"{P50}; MB/s = messages x bytes / time, 1 MB = 1e6 B",
+            panels=(Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS_TOTAL,)),),
+            headline=(Headline("", MBPS_TOTAL, "MB/s"),),
+            note=f"{TOTALS}; MB/s = messages x bytes / time, 1 MB = 1e6 B",
         ),
         PlotSpec(
             name="p2p_message_rate", families=("p2p_message_rate_pairs",), x=NBYTES, x_axis=SIZE,
-            panels=(Panel("message rate", Axis("message rate", "msgs/s"), (MSGS,)),
-                    Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS,))),
-            headline=(Headline("", MSGS, "msgs/s"), Headline("", MBPS, "MB/s")), note=P50,
+            panels=(Panel("message rate", Axis("message rate", "msgs/s"), (MSGS_TOTAL,)),
+                    Panel("bandwidth", Axis("bandwidth", "MB/s"), (MBPS_TOTAL,))),
+            headline=(Headline("", MSGS_TOTAL, "msgs/s"), Headline("", MBPS_TOTAL, "MB/s")),
+            note=TOTALS,
         ),
     ),
 )

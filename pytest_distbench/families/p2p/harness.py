@@ -61,16 +61,18 @@ def measure_messages(
     figures: dict[str, Any],
     pressure_ranks: list[int] | None = None,
     ranks: list[int] | None = None,
+    headline: str = "mean",
 ) -> None:
     """The one call of `distbench.measure` for the p2p and message-rate families.
 
     `pressure_ranks`: where CPU/memory pressure runs during the timed region (None = every
     rank; the message-rate family pressures its computation ranks only). `ranks`: the ranks
-    on a message path, the only ones timed (None = every rank).
+    on a message path, the only ones timed (None = every rank). `headline`: "mean" for a
+    rate over the timed region, "p50" for a latency.
     """
     distbench.measure(fn, nbytes=nbytes, count=nbytes, dtype="uint8", family=family,
                       check=check, figures=figures, pressure_ranks=pressure_ranks,
-                      ranks=ranks)
+                      ranks=ranks, headline=headline)
 
 
 @dataclass
@@ -206,4 +208,5 @@ def run_p2p(
         figures["window"] = used_window
         figures["window_requested"] = window
     measure_messages(distbench, fn, nbytes=nbytes, family=member.name, check=check,
-                     figures=figures, ranks=sorted({r for pair in pairs for r in pair}))
+                     figures=figures, ranks=sorted({r for pair in pairs for r in pair}),
+                     headline="p50" if member.round_trip else "mean")

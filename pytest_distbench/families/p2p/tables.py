@@ -13,13 +13,10 @@ from ...results.rendering import ci
 _ALIGN = "right"
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    """Fixed decimals, but never a rate of 1-byte messages printed as 0.00 MB/s."""
-    if value is None:
-        return "-"
-    if 0 < abs(value) < 1:
-        return f"{value:.3g}"
-    return f"{value:,.{digits}f}"
+def _fmt(value: float | None) -> str:
+    """Every figure of every table in one format (units.format_figure): four significant
+    digits, thousands separators."""
+    return "-" if value is None else units.format_figure(value)
 
 
 def _wrong(record: dict[str, Any]) -> str:
@@ -46,7 +43,7 @@ def _latency(records: list[dict[str, Any]]) -> str:
         rows.append([
             str(r["nbytes"]),
             ci.with_pct(units.format_duration_us(f.get("one_way_us", float("nan")) / 1e6),
-                        ci.p50_pct(r)),
+                        ci.p50_pct(r), r),
             units.format_duration_us(f.get("one_way_p95_us", float("nan")) / 1e6),
             units.format_duration_us(f.get("one_way_mean_us", float("nan")) / 1e6),
             _wrong(r),
@@ -66,12 +63,12 @@ def _rates(records: list[dict[str, Any]]) -> str:
             str(r["nbytes"]),
             str(f.get("window", "-")),
             str(f.get("pairs", "-")),
-            ci.with_pct(_fmt(f.get("mbps")), f.get("rate_ci_pct")),
+            ci.with_pct(_fmt(f.get("mbps")), f.get("rate_ci_pct"), r),
             _fmt(f.get("mbps_p50")),
             _fmt(f.get("mbps_p95")),
-            _fmt(f.get("msgs_per_s"), 0),
-            _fmt(f.get("msgs_per_s_p50"), 0),
-            _fmt(f.get("msgs_per_s_p95"), 0),
+            _fmt(f.get("msgs_per_s")),
+            _fmt(f.get("msgs_per_s_p50")),
+            _fmt(f.get("msgs_per_s_p95")),
             _wrong(r),
             str(r["iterations"]),
         ])
@@ -105,7 +102,7 @@ def render_arras(records: list[dict[str, Any]]) -> str:
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
-            ci.with_pct(_fmt(f.get("msgs_per_s")), f.get("rate_ci_pct")),
+            ci.with_pct(_fmt(f.get("msgs_per_s")), f.get("rate_ci_pct"), r),
             _fmt(f.get("us_per_msg")),
             _fmt(f.get("mbps")),
             str(f.get("total_messages", "-")),

@@ -34,12 +34,13 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
                     colalign=("right",) * len(headers))
 
 
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _figure(value: Any) -> str:
     return "-" if value is None else units.format_figure(value)
+
+
+def _cell(p50_s: float, record: dict[str, Any]) -> str:
+    """A transports-table cell: the round trip in ms ± its interval."""
+    return ci.with_pct(units.format_figure(p50_s * 1e3), ci.p50_pct(record), record)
 
 
 def render_latency(records: list[dict[str, Any]]) -> str:
@@ -69,7 +70,7 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
             credits = f"{credits} (of {f['credits_requested']})"
         rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
-                     ci.with_pct(_fmt(f.get("msgs_per_s"), ",.0f"), ci.rate_pct(r)),
+                     ci.with_pct(_figure(f.get("msgs_per_s")), ci.rate_pct(r), r),
                      _figure(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
                          "msgs/s ± 95% CI",
@@ -82,22 +83,22 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
 def render_transports(records: list[dict[str, Any]]) -> str:
     sizes = sorted({r["nbytes"] for r in records if r["nbytes"] is not None})
     cells: dict[str, dict[int, float]] = {}
-    pcts: dict[tuple[str, int], float | None] = {}
+    kept: dict[tuple[str, int], dict[str, Any]] = {}
     for r in records:
         transport = r["figures"].get("transport", "?")
         cells.setdefault(transport, {})[r["nbytes"]] = r["summary"]["p50"]
-        pcts[transport, r["nbytes"]] = ci.p50_pct(r)
+        kept[transport, r["nbytes"]] = r
     rows = []
     for t in TRANSPORTS:
         if t.name in cells:
             rows.append([t.name] + [
-                ci.with_pct(_fmt(cells[t.name][n] * 1e3, ".4f"), pcts[t.name, n])
+                _cell(cells[t.name][n], kept[t.name, n])
                 if n in cells[t.name] else "-" for n in sizes])
         else:
             reason = unavailable(t) or "not run in this session (deselected, or it failed)"
             rows.append([t.name] + ["skipped"] * len(sizes) + [reason])
     for name in sorted(set(cells) - set(BY_NAME)):
-        rows.append([name] + [ci.with_pct(_fmt(cells[name][n] * 1e3, ".4f"), pcts[name, n])
+        rows.append([name] + [_cell(cells[name][n], kept[name, n])
                               if n in cells[name] else "-" for n in sizes])
     headers = ["transport (round trip, ms)"] + [_size(n) for n in sizes]
     if any(len(row) > len(headers) for row in rows):
@@ -120,7 +121,10 @@ def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
     for metric in METRICS:
         values = f["metrics"][metric]
         if metric.endswith("_s"):
-            shown = ", ".join(f"{p}: {round(values[f'p{p}'], 3)}" for p in PERCENTILES)
+            # Seconds, as the seed prints them, but to four significant digits: the seed's
+            # round(x, 3) shows a 0.58 ms latency as 0.001.
+            shown = ", ".join(f"{p}: {units.format_figure(values[f'p{p}'])}"
+                              for p in PERCENTILES)
         else:
             shown = ", ".join(f"{p}: {int(values[f'p{p}'])}" for p in PERCENTILES)
         lines.append(f"{_SEED_LABELS[metric]} -- {{{shown}}}")
@@ -137,13 +141,13 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
         rows.append([
             "true" if f["batch"] else "false", "-".join(str(d) for d in f["state_size"]),
             f["nlayers"], f["out_features"], f"{f['episodes']}x{f['steps']}",
-            _fmt(m["agent_latency_s"]["p50"] * 1e3, ".3f"),
-            _fmt(m["agent_latency_s"]["p95"] * 1e3, ".3f"),
-            _fmt(m["agent_throughput"]["p50"], ",.0f"),
-            _fmt(m["observer_latency_s"]["p50"] * 1e3, ".3f"),
-            _fmt(m["observer_latency_s"]["p95"] * 1e3, ".3f"),
-            _fmt(m["observer_throughput"]["p50"], ",.0f"),
-            _fmt(f.get("run_s"), ".1f"),
+            _figure(m["agent_latency_s"]["p50"] * 1e3),
+            _figure(m["agent_latency_s"]["p95"] * 1e3),
+            _figure(m["agent_throughput"]["p50"]),
+            _figure(m["observer_latency_s"]["p50"] * 1e3),
+            _figure(m["observer_latency_s"]["p95"] * 1e3),
+            _figure(m["observer_throughput"]["p50"]),
+            _figure(f.get("run_s")),
             ",".join(f.get("tensorpipe_transports", ["default"])),
         ])
     table = _table(rows, [

@@ -100,7 +100,8 @@ def rank_environment(backend: str, device: Any) -> dict[str, Any]:
     """Facts only a rank can see: the GPU it drives and the NCCL it loaded."""
     import torch
 
-    info: dict[str, Any] = {"backend": backend, "device": str(device)}
+    info: dict[str, Any] = {"backend": backend, "device": str(device),
+                            "intra_op_threads": torch.get_num_threads()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info["gpu"] = props.name
@@ -117,6 +118,10 @@ def merge_rank_facts(environment: dict[str, Any], rank_infos: list[dict[str, Any
     gpus = sorted({info["gpu"] for info in rank_infos if info.get("gpu")})
     if gpus:
         environment["gpus"] = gpus
+    threads = sorted({info["intra_op_threads"] for info in rank_infos
+                      if isinstance(info.get("intra_op_threads"), int)})
+    if threads:
+        environment["rank_intra_op_threads"] = threads[0] if len(threads) == 1 else threads
     nccl = sorted({info["nccl"] for info in rank_infos if info.get("nccl")})
     if nccl:
         environment["nccl"] = nccl[0] if len(nccl) == 1 else nccl

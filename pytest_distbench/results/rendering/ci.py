@@ -60,7 +60,7 @@ SHORT_NOTE = (f"{SHORT_MARK} = the budget ran out before the interval reached th
               "--distbench-precision target")
 
 
-def with_pct(text: str, pct: float | None, record: Record | None = None) -> str:
+def with_pct(text: str, pct: float | None, record: Record | None) -> str:
     """`359 ± 4.1 %`, marked when `record` missed its precision target."""
     return f"{text} {pct_text(pct)}" + (SHORT_MARK if short_of_target(record) else "")
 

@@ -65,10 +65,14 @@ class Value:
     field: str | None = None
     of_time: OfTime | None = None
     scale: float = 1.0  # e.g. 1e6 for a field in seconds drawn in microseconds
+    # A field's own 95 % interval: the (low, high) fields a family stored beside it.
+    interval_fields: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if (self.field is None) == (self.of_time is None):
             raise ValueError(f"value {self.label!r}: give exactly one of field and of_time")
+        if self.interval_fields is not None and self.field is None:
+            raise ValueError(f"value {self.label!r}: interval_fields go with a field")
 
     def at(self, record: Record) -> float | None:
         """The value drawn as the line (p50 time for derived values)."""
@@ -88,8 +92,13 @@ class Value:
 
     def interval(self, record: Record) -> tuple[float, float] | None:
         """(low, high) of the value at the p50's 95 % interval (order statistics, so any
-        monotone function of the time takes the same two samples); None for a plain field or
-        too few samples."""
+        monotone function of the time takes the same two samples), or a field's stored
+        interval; None for a plain field or too few samples."""
+        if self.interval_fields is not None:
+            ends = [_number(lookup(record, path)) for path in self.interval_fields]
+            if ends[0] is None or ends[1] is None:
+                return None
+            return (min(ends) * self.scale, max(ends) * self.scale)
         bounds = p50_bounds(record) if self.of_time is not None else None
         if bounds is None:
             return None
@@ -149,8 +158,8 @@ class Headline:
         if v is None:
             return None
         text = f"{self.label} {significant(v)} {self.unit}".rstrip()
-        if self.value.of_time is None:  # a family's own figure: no interval of ours
-            return text
+        if self.value.of_time is None and self.value.interval_fields is None:
+            return text  # a family's own figure without an interval
         return f"{text} {pct_text(self.value.interval_pct(record))}"
 
 
@@ -253,6 +262,14 @@ NBYTES = Value("message size", field="nbytes")
 TIME = Value("p50", of_time=time_us)
 MSGS = Value("messages/s", of_time=msgs_per_s)
 MBPS = Value("MB/s", of_time=mbps)
+# The message families' headline: totals over the timed region (as OSU), with their block
+# bootstrap interval, the figure their tables print.
+MSGS_TOTAL = Value("messages/s", field="figures.msgs_per_s",
+                   interval_fields=("figures.msgs_per_s_ci_low", "figures.msgs_per_s_ci_high"))
+MBPS_TOTAL = Value("MB/s", field="figures.mbps",
+                   interval_fields=("figures.mbps_ci_low", "figures.mbps_ci_high"))
+TOTALS = ("total messages / total time (as OSU), bars its 95 % CI (block bootstrap over "
+          "iterations)")
 DEFAULT_HEADLINE = (Headline("p50", TIME, "us"),)
 
 

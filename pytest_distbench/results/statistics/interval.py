@@ -23,7 +23,10 @@ __all__ = [
     "LEVEL",
     "MEDIAN_METHOD",
     "RATE_METHOD",
+    "NORMAL_975",
     "block_bootstrap_mean",
+    "block_means",
+    "block_size",
     "half_width_pct",
     "median_interval",
     "median_ranks",
@@ -32,7 +35,7 @@ __all__ = [
 
 LEVEL = 0.95
 EXACT_UP_TO = 1000
-_Z = 1.959963984540054  # the standard normal's 97.5 % quantile
+NORMAL_975 = 1.959963984540054  # the standard normal's 97.5 % quantile
 MEDIAN_METHOD = "order statistics of the median (binomial ranks)"
 RATE_METHOD = "block bootstrap of the mean time per iteration"
 BOOTSTRAP_RESAMPLES = 1000
@@ -46,7 +49,7 @@ def median_ranks(n: int) -> tuple[int, int] | None:
     if n < 6:  # P(all n on one side) = 2 / 2**n > 5 % for n <= 5
         return None
     if n > EXACT_UP_TO:
-        low = math.floor(n / 2 + 0.5 - _Z * math.sqrt(n) / 2)
+        low = math.floor(n / 2 + 0.5 - NORMAL_975 * math.sqrt(n) / 2)
     else:
         # The largest l with P(B <= l - 1) <= 2.5 %, B ~ Binomial(n, 1/2), in exact integers:
         # 40 * sum_{k < l} C(n, k) <= 2**n.
@@ -85,6 +88,21 @@ def p50_interval(samples: Sequence[float], p50: float) -> dict[str, Any]:
     return out
 
 
+def block_size(n: int) -> int:
+    """Consecutive values per block: floor(n ** (1/3)), at least 1."""
+    return max(1, math.floor(n ** (1 / 3) + 1e-9))
+
+
+def block_means(values: Sequence[float]) -> list[float] | None:
+    """The means of the whole blocks of `values` (block_size consecutive values each); None
+    with fewer than MIN_BLOCKS of them."""
+    size = block_size(len(values))
+    whole = len(values) // size
+    if whole < MIN_BLOCKS:
+        return None
+    return [math.fsum(values[i * size:(i + 1) * size]) / size for i in range(whole)]
+
+
 def block_bootstrap_mean(values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES,
                          seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
     """The 95 % percentile interval of the mean of `values` (times per iteration, in time
@@ -93,7 +111,7 @@ def block_bootstrap_mean(values: Sequence[float], *, resamples: int = BOOTSTRAP_
     n = len(values)
     if n == 0:
         return None
-    size = max(1, math.floor(n ** (1 / 3) + 1e-9))
+    size = block_size(n)
     sums = [math.fsum(values[i:i + size]) for i in range(0, n, size)]
     counts = [len(values[i:i + size]) for i in range(0, n, size)]
     m = len(sums)
