@@ -137,7 +137,6 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
     with_bytes = [r for r in rows if r["nbytes"] is not None]
-    unit, scale = bandwidth_unit([r["algbw_gbps"] for r in rows])
     table = []
     for r in rows:
         s = r["summary"]
@@ -149,16 +148,15 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                 ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                 units.format_duration_us(s["mean"]),
                 units.format_duration_us(s["p95"]),
-                _bandwidth(r["algbw_gbps"], scale),
-                _bandwidth(r["busbw_gbps"], scale),
+                bandwidth_cell(r["algbw_gbps"]),
+                bandwidth_cell(r["busbw_gbps"]),
                 r["wrong"] if r["wrong"] is not None else "N/A",
                 f"{r['skew']:.2f}x",
                 f"{r['stalls']}/{r['iterations']}",
             ]
         )
     headers = [
-        "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", f"algbw ({unit})",
-        f"busbw ({unit})",
+        "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", "algbw", "busbw",
         "#wrong", "skew", "stalls",
     ]
     if memory or _pressured(rows):  # memory is worth a column when asked or pressured
@@ -173,8 +171,7 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                     colalign=("right",) * len(headers))
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
-        text += (f"\n# Avg bus bandwidth: {_bandwidth(average, scale)} {unit} "
-                 "(decimal, from p50)")
+        text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
     if any(ci.short_of_target(r) for r in rows):
         text += f"\n# {ci.SHORT_NOTE}"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
@@ -205,30 +202,32 @@ def _size(nbytes: int | None) -> str:
     return text if units.parse_size(text.replace(" ", "")) == nbytes else f"{nbytes} B"
 
 
-# Decimal units a table's bandwidth columns may use, largest first: the first in which the
-# table's largest figure is at least 0.1 (a 1 KiB all_reduce's 0.00000205 GB/s reads 2.05 KB/s).
+# Decimal units a bandwidth cell may use, largest first: the first in which the figure reads
+# at least 0.1 (a 4 B all_reduce's 0.00000146 GB/s reads 1.46 KB/s, the 64 MiB one's 0.569 GB/s
+# stays in GB/s). Each cell says its unit: a size sweep spans seven decades of bandwidth.
 _BANDWIDTH_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("KB/s", 1e6))
 
 
-def bandwidth_unit(values_gbps: list[float | None]) -> tuple[str, float]:
-    """The unit of a table's bandwidth columns and the factor from GB/s to it."""
-    known = [v for v in values_gbps if v is not None and v > 0]
-    top = max(known, default=1.0)
+def bandwidth_unit(value_gbps: float) -> tuple[str, float]:
+    """The unit one bandwidth figure reads in, and the factor from GB/s to it."""
     for unit, scale in _BANDWIDTH_UNITS:
-        if top * scale >= 0.1:
+        if value_gbps * scale >= 0.1:
             return unit, scale
     return _BANDWIDTH_UNITS[-1]
 
 
-def _bandwidth(value_gbps: float | None, scale: float) -> str:
-    # Three significant digits: a small message's figure must not print as 0.000.
-    return "-" if value_gbps is None else significant(value_gbps * scale, 3)
+def bandwidth_cell(value_gbps: float | None) -> str:
+    """`1.46 KB/s`: three significant digits, never 0.000, in the unit it reads in."""
+    if value_gbps is None:
+        return "-"
+    unit, scale = bandwidth_unit(value_gbps)
+    return f"{significant(value_gbps * scale, 3)} {unit}"
 
 
 LEGEND = (
     "times are per iteration, slowest rank per iteration; headline = p50 ± half the 95 % "
     "confidence interval of the median (order statistics), in % of the p50; mean = what "
     "nccl-tests and PARAM comms print (stalls pull it up); bandwidths from the p50; "
-    "GB/s = 1e9 bytes/s; skew = slowest rank p50 / median rank p50; stalls = iterations "
+    "GB/s = 1e9 bytes/s, MB/s = 1e6, KB/s = 1e3; skew = slowest rank p50 / median rank p50; stalls = iterations "
     "slower than 5x p50"
 )
