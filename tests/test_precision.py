@@ -126,3 +126,29 @@ def test_warm_up_takes_at_most_a_quarter_of_the_budget_and_all_of_it_in_count_mo
                            "--distbench-warmup=10", f"--distbench-json={counted}")
     result.assert_outcomes(passed=1)
     assert _records(counted)["test_slow"]["warmup"] == 10
+
+
+SLOWING = """
+import itertools, time, pytest
+
+@pytest.mark.distbench
+def test_slowing(distbench):
+    calls = itertools.count()
+    # Fast through the warm-up, ten times slower once timed: the warm-up's estimate of an
+    # iteration is short, and only the budget's time can end the run on time.
+    distbench.measure(lambda: time.sleep(0.001 if next(calls) < 5 else 0.01))
+"""
+
+
+def test_a_budget_bound_run_ends_with_its_budget_when_iterations_slow_down(
+        pytester, distbench_run):
+    pytester.makepyfile(SLOWING)
+    for precision in ("off", "0.01%"):
+        out = pytester.path / f"s-{precision}.json"
+        result = distbench_run("--distbench", "--world-size=2", "--distbench-budget=0.5s",
+                               "--distbench-warmup=5", f"--distbench-precision={precision}",
+                               f"--distbench-json={out}")
+        result.assert_outcomes(passed=1)
+        record = _records(out)["test_slowing"]
+        # 0.5 s / 1 ms = 500 iterations were planned: 5 s at 10 ms. The run stops near 0.5 s.
+        assert 0.4 < sum(record["samples"]) < 0.8, sum(record["samples"])

@@ -162,12 +162,18 @@ class Distbench:
                         # a 95 % interval: a point of 0.8 s iterations takes 6, not 30.
                         floor = min(s.min_iterations, max(MIN_INTERVAL_SAMPLES, wanted))
                         iterations = max(floor, min(s.max_iterations, wanted))
-                    if s.iterations is None and s.precision is not None:
-                        figures["precision_target"] = s.precision
-                        figures["precision_statistic"] = headline
-                        figures["stopped_by"] = self._run_precise(
-                            timed, samples, iterations, s.precision, per_call, timed_here,
-                            PRECISE[headline])
+                    if s.iterations is None:
+                        # Budget-bound: the budget's iterations, or fewer where the budget's
+                        # time runs out first (the warm-up's estimate of an iteration can be
+                        # short) or, with a target, the headline is known well enough.
+                        stopped_by = self._run_precise(
+                            timed, samples, iterations, s.precision or 0.0, per_call,
+                            timed_here, PRECISE[headline] if s.precision else _never,
+                            s.budget_s)
+                        if s.precision is not None:
+                            figures["precision_target"] = s.precision
+                            figures["precision_statistic"] = headline
+                            figures["stopped_by"] = stopped_by
                     else:
                         self._run_count(timed, samples, iterations)
                 elapsed = time.perf_counter() - started
@@ -415,10 +421,12 @@ class Distbench:
 
     def _run_precise(self, timed: Callable[[], float], samples: array, most: int,
                      precision: float, per_call: float, timed_here: bool,
-                     precise: Callable[[Sequence[float], float], bool]) -> str:
+                     precise: Callable[[Sequence[float], float], bool],
+                     budget_s: float) -> str:
         """Run at least min_iterations and at most `most` iterations (the budget's), stopping
-        once `precise` says the 95 % interval of the record's headline is within `precision`:
-        "precision" or "budget", the same in every rank.
+        once `precise` says the 95 % interval of the record's headline is within `precision`
+        ("precision"), or once the slowest rank's iterations have lasted `budget_s`
+        ("budget"; a chunk past it at most): the same in every rank.
 
         The record's samples are the slowest rank's time per iteration, so that is what must
         be precise: after each chunk (~CHUNK_S) the ranks start a non-blocking MAX all-reduce
@@ -430,23 +438,28 @@ class Distbench:
         least = min(self._settings.min_iterations, most)  # most already bowed to the budget
         for _ in repeat(None, least):
             append(timed())
-        slowest: list[float] = []
-        pending = self._post_chunk(samples, 0, timed_here)
-        size = self._chunk_size(CHUNK_S, per_call)
+        # The first chunk is sized from these iterations' own maxima (every rank waits for
+        # them once): the warm-up's estimate of an iteration can be far from a timed one.
+        work, first = self._post_chunk(samples, 0, timed_here)
+        work.wait()
+        slowest: list[float] = first.tolist()
+        pending = None
         while True:
-            size = min(size, most - len(samples))
-            if size <= 0:
-                pending[0].wait()
-                return "budget"
+            stop = ("precision" if precise(slowest, precision)
+                    else "budget" if math.fsum(slowest) >= budget_s else None)
+            size = min(self._chunk_size(CHUNK_S, statistics.fmean(slowest) if slowest
+                                        else per_call), most - len(samples))
+            if stop is not None or size <= 0:
+                if pending is not None:
+                    pending[0].wait()  # every rank posted it; none leaves it in flight
+                return stop or "budget"
             posted = len(samples)
             for _ in repeat(None, size):
                 append(timed())
-            pending[0].wait()
-            slowest.extend(pending[1].tolist())
-            if precise(slowest, precision):
-                return "precision"
+            if pending is not None:
+                pending[0].wait()
+                slowest.extend(pending[1].tolist())
             pending = self._post_chunk(samples, posted, timed_here)
-            size = self._chunk_size(CHUNK_S, statistics.fmean(slowest))
 
     def _post_chunk(self, samples: array, first: int, timed_here: bool) -> tuple[Any, Any]:
         """Start the MAX all-reduce of samples[first:] over the ranks that are timed."""
@@ -560,6 +573,11 @@ def _precise_mean(samples: Sequence[float], precision: float) -> bool:
     centre = statistics.fmean(means)
     half = NORMAL_975 * statistics.stdev(means) / math.sqrt(len(means))
     return centre > 0 and half / centre <= precision
+
+
+def _never(samples: Sequence[float], precision: float) -> bool:
+    """--distbench-precision=off: the budget alone ends the run."""
+    return False
 
 
 HEADLINES = ("p50", "mean")
