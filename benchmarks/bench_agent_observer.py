@@ -3,6 +3,7 @@
     python benchmarks/bench_agent_observer.py --upstream DIR [--rounds 3]
         [--world-sizes 4,10] [--batch true,false] [--episodes 10] [--steps 100]
         [--tolerance 0.10] [--product-args="--distbench-bind=none"] [--spawned]
+        [--upstream-threads ranks|torch]
 
 DIR holds upstream's four scripts from pytorch/pytorch benchmarks/distributed/rpc/rl
 (launcher.py, agent.py, observer.py, coordinator.py), unmodified; they are not part of this
@@ -132,13 +133,14 @@ def run_product(tmp: Path, world_size: int, batch: bool, episodes: int, steps: i
 
 
 def run_spawned(tmp: Path, world_size: int, batch: bool, episodes: int,
-                steps: int) -> dict[str, float]:
+                steps: int, threads: str) -> dict[str, float]:
     script = tmp / "product_spawned.py"
     script.write_text(SPAWNED.format(repo=str(Path(__file__).resolve().parents[1]),
                                      episodes=episodes, steps=steps))
     proc = subprocess.run(
         [sys.executable, str(script), str(world_size), str(batch), str(_free_port())],
-        capture_output=True, text=True, timeout=1200, cwd=tmp)
+        capture_output=True, text=True, timeout=1200, cwd=tmp,
+        env=upstream_env(world_size, threads))
     if proc.returncode != 0:
         _fail(proc, f"product (spawned) ws{world_size} batch={batch}")
     p50 = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -149,15 +151,31 @@ def run_spawned(tmp: Path, world_size: int, batch: bool, episodes: int,
             "observer_throughput": 1 / p50["observer"]}
 
 
+def upstream_env(world_size: int, threads: str) -> dict[str, str]:
+    """Upstream's environment: with threads="ranks", the intra-op threads the product's ranks
+    get (harness/threads.py, torchrun's rule: the host's CPUs shared among the ranks); with
+    "torch", torch's own default (every process sized to the whole machine)."""
+    env = dict(os.environ)
+    if threads == "ranks" and "OMP_NUM_THREADS" not in env:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from pytest_distbench.harness.threads import intra_op_threads
+
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        env["OMP_NUM_THREADS"] = str(intra_op_threads(env, usable, world_size, None))
+    return env
+
+
 def run_upstream(tmp: Path, upstream: Path, world_size: int, batch: bool, episodes: int,
-                 steps: int) -> dict[str, float]:
+                 steps: int, threads: str) -> dict[str, float]:
     driver = tmp / "upstream_driver.py"
     driver.write_text(DRIVER.format(upstream=str(upstream), episodes=episodes, steps=steps))
     out = tmp / f"upstream-{time.monotonic_ns()}.json"
     proc = subprocess.run(
         [sys.executable, str(driver), "--world-size", str(world_size), "--batch", str(batch),
          "--master-port", str(_free_port()), "--output-file-path", str(out)],
-        capture_output=True, text=True, timeout=1200, cwd=tmp)
+        capture_output=True, text=True, timeout=1200, cwd=tmp,
+        env=upstream_env(world_size, threads))
     if proc.returncode != 0:
         _fail(proc, f"upstream ws{world_size} batch={batch}")
     result = json.loads(out.read_text())["benchmark_results"][0]
@@ -182,6 +200,9 @@ def main() -> int:
     parser.add_argument("--spawned", action="store_true",
                         help="run the product's classes in upstream-style spawned processes "
                              "instead of through pytest")
+    parser.add_argument("--upstream-threads", choices=("ranks", "torch"), default="ranks",
+                        help="ranks: upstream's processes get the intra-op threads the "
+                             "product's ranks get (torchrun's rule); torch: torch's default")
     parser.add_argument("--product-args", default="",
                         help="extra pytest arguments for the product's runs, space separated")
     args = parser.parse_args()
@@ -201,11 +222,13 @@ def main() -> int:
         for round_no in range(args.rounds):
             for ws, batch in points:
                 sides = [("product", lambda ws=ws, batch=batch: run_spawned(
-                              tmp, ws, batch, args.episodes, args.steps) if args.spawned
+                              tmp, ws, batch, args.episodes, args.steps,
+                              args.upstream_threads) if args.spawned
                           else run_product(tmp, ws, batch, args.episodes, args.steps,
                                            args.product_args.split())),
                          ("upstream", lambda ws=ws, batch=batch: run_upstream(
-                              tmp, upstream, ws, batch, args.episodes, args.steps))]
+                              tmp, upstream, ws, batch, args.episodes, args.steps,
+                              args.upstream_threads))]
                 if round_no % 2:
                     sides.reverse()
                 for side, run in sides:
@@ -217,6 +240,7 @@ def main() -> int:
     print(f"\n{args.episodes} episodes x {args.steps} steps, state 10-20-10, 5 layers, "
           f"10 features; product "
           f"{'spawned' if args.spawned else ' '.join(['pytest', *args.product_args.split()])}; "
+          f"upstream threads: {args.upstream_threads}; "
           f"median of {args.rounds} alternating rounds "
           f"({time.perf_counter() - began:.0f} s); load average {os.getloadavg()[0]:.1f}")
     outside = []
