@@ -363,3 +363,26 @@ def test_rpc_throughput_is_one_plot_with_a_line_per_payload_size(tmp_path):
     written = plot_records(records, {}, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["rpc_throughput.png"]
     assert len(written) == 1
+
+
+def test_a_narrow_log_axis_gets_several_labelled_ticks_and_banded_lines_their_own_swatch():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pytest_distbench.results.rendering.plot import _legend, _style_axes
+
+    (spec,) = [s for s in plot_spec.specs() if s.name == "agent_observer"]
+    fig, ax = plt.subplots()
+    line = ax.plot([8, 8, 8, 8], [1.39, 1.49, 1.94, 2.65], "o", label="p50")[0]
+    ax.fill_between([8, 8], [1.3, 1.3], [2.7, 2.7], color=line.get_color(), alpha=0.18)
+    _style_axes(ax, spec, spec.panels[0], [8])
+    _legend(ax, {"p50"})
+    fig.canvas.draw()
+    labelled = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    # 1.39 to 2.65 ms: a log axis would label only "2"; the plot labels several ticks.
+    assert len(labelled) >= 3, labelled
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["p50"]  # no grey band entry
+    plt.close(fig)

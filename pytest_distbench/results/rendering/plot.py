@@ -39,6 +39,7 @@ VERDICT_COLOURS = {
     "unchanged": "#7f7f7f",  # grey
 }
 ROWS_PER_COMPARISON_PAGE = 60
+BAND_ALPHA = 0.18  # a band's fill, in its line's colour (the legend's swatch repeats it)
 
 
 class PlotUnavailable(RuntimeError):
@@ -174,12 +175,12 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
                              squeeze=False)
     series_names = sorted(group.series, key=lambda s: _series_order(group.series[s][0], spec))
     counts = []
-    banded = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ("-", "--", "-.", ":")
     for index, panel in enumerate(spec.panels):
         ax = axes[index // columns][index % columns]
         drawn = 0
+        banded_labels: set[str] = set()
         for s, name in enumerate(series_names):
             rows_of_series = group.series[name]
             for v, value in enumerate(panel.values):
@@ -189,17 +190,13 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
                 label = _line_label(name, value.label, len(series_names), len(panel.values))
                 lines, band = _draw_line(ax, spec, rows_of_series, value, colour, style, label)
                 drawn += lines
-                banded = banded or band
+                if band:
+                    banded_labels.add(_text(label))
         counts.append(drawn)
         xs = [x for rs in group.series.values() for r in rs if (x := spec.x.at(r)) is not None]
         _style_axes(ax, spec, panel, xs)
         if drawn:
-            handles, _ = ax.get_legend_handles_labels()
-            if banded:
-                from matplotlib.patches import Patch
-
-                handles.append(Patch(color="#999999", alpha=0.3, label="p5-p95 band"))
-            ax.legend(handles=handles, fontsize="small", loc="best")
+            _legend(ax, banded_labels)
     for index in range(n, rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     title = _title(group)
@@ -212,6 +209,18 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Rendered(path, title, tuple(series_names), tuple(counts))
+
+
+def _legend(ax: Any, banded_labels: set[str]) -> None:
+    """A legend whose swatch of a banded line is the line over its own band, in its colour."""
+    from matplotlib.legend_handler import HandlerTuple
+    from matplotlib.patches import Patch
+
+    handles, labels = ax.get_legend_handles_labels()
+    shown = [(Patch(color=h.get_color(), alpha=BAND_ALPHA, linewidth=0), h)
+             if label in banded_labels else h for h, label in zip(handles, labels, strict=True)]
+    ax.legend(shown, labels, fontsize="small", loc="best",
+              handler_map={tuple: HandlerTuple(ndivide=1)})
 
 
 def _series_order(record: Record, spec: PlotSpec) -> tuple:
@@ -248,7 +257,7 @@ def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: 
                     fmt="none", ecolor=colour, elinewidth=1.2, capsize=3)
     banded = any(lo != hi for lo, hi in zip(lows, highs, strict=True))
     if banded:
-        ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, linewidth=0)
+        ax.fill_between(xs, lows, highs, color=colour, alpha=BAND_ALPHA, linewidth=0)
     return 1, banded
 
 
@@ -264,7 +273,14 @@ def _style_axes(ax: Any, spec: PlotSpec, panel: Any, xs: Sequence[float]) -> Non
         ax.set_yscale("log")
         # Plain numbers on every labelled tick: 3 x 10^4 reads worse than 30,000.
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(_number_tick))
-        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(_minor_labeller(*ax.get_ylim())))
+        low, high = ax.get_ylim()
+        if low > 0 and high / low < 3:
+            # Less than a factor of 3 (the percentiles of one world size): a log axis has at
+            # most one labelled tick there; evenly spaced ones read better.
+            ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=5))
+            ax.yaxis.set_minor_locator(ticker.NullLocator())
+        else:
+            ax.yaxis.set_minor_formatter(ticker.FuncFormatter(_minor_labeller(low, high)))
     if spec.x_axis.size:
         ax.xaxis.set_major_locator(ticker.LogLocator(base=4, numticks=14))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
