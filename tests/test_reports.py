@@ -386,3 +386,10 @@ def test_a_narrow_log_axis_gets_several_labelled_ticks_and_banded_lines_their_ow
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["p50"]  # no grey band entry
     plt.close(fig)
+
+
+def test_every_plot_footer_cites_only_files_of_the_repository():
+    root = Path(__file__).resolve().parent.parent
+    for spec in plot_spec.specs():
+        for cited in re.findall(r"[\w./-]+\.md", spec.note):
+            assert (root / cited).is_file(), f"{spec.name} cites {cited}"

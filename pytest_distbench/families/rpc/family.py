@@ -80,7 +80,7 @@ FAMILY = Family(
                          Value("o", field="figures.metrics.observer_latency_s.p50", scale=1e3),
                          "ms"),
             ),
-            note="percentiles of the per-request figures (rpc-agent-observer-benchmark.md)",
+            note="percentiles of the per-request figures (docs/rpc.md, agent/observer)",
         ),
     ),
 )
