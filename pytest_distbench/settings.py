@@ -90,7 +90,7 @@ CORE_SETTINGS = (
             "fewest timed iterations when calibrating"),
     Setting("max_iterations", "--distbench-max-iterations", "10000", parse_count(1),
             "most timed iterations when calibrating"),
-    Setting("budget", "--distbench-budget", "1s", parse_bounded_duration,
+    Setting("budget", "--distbench-budget", "0.5s", parse_bounded_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
     Setting("precision", "--distbench-precision", "2%", _precision,
             "budget-bound points stop once the 95 % interval of their p50 is within this "
