@@ -191,3 +191,32 @@ def test_huge(distbench):
                                  "machine now: about 14* TiB of memory*; --distbench-force "
                                  "starts it anyway*"])
     assert time.monotonic() - started < 60
+
+
+THREADS = """
+import pytest, torch
+
+@pytest.mark.distbench
+def test_threads(distbench):
+    distbench.record([0.001] * 6, figures={"threads": torch.get_num_threads()})
+"""
+
+
+@pytest.mark.parametrize("bind", ["core", "none"])
+def test_ranks_share_the_cores_intra_op_threads_as_torchrun_does(
+        pytester, distbench_run, one_core, monkeypatch, bind):
+    pytester.makepyfile(THREADS)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    result = distbench_run("--distbench", "--world-size=2", f"--distbench-bind={bind}",
+                           "--distbench-json=out.json")
+    result.assert_outcomes(passed=1)
+    document = json.loads((pytester.path / "out.json").read_text())
+    # Two ranks on one core: one thread each (torch alone would give each the machine's).
+    assert document["benchmarks"][0]["distbench"]["figures"]["threads"] == 1
+    assert document["distbench"]["environment"]["rank_intra_op_threads"] == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
+    result = distbench_run("--distbench", "--world-size=2", f"--distbench-bind={bind}",
+                           "--distbench-json=out3.json")
+    result.assert_outcomes(passed=1)
+    document = json.loads((pytester.path / "out3.json").read_text())
+    assert document["benchmarks"][0]["distbench"]["figures"]["threads"] == 3

@@ -51,7 +51,8 @@ def test_rank_threads_follow_torchrun_unless_the_user_chose(cpus, ranks, pinned)
         assert threads == pinned
     else:
         assert threads * ranks <= max(cpus, ranks)  # never more threads than CPUs (or 1 each)
-    assert intra_op_threads({"OMP_NUM_THREADS": "3"}, cpus, ranks, pinned) is None
+    assert intra_op_threads({"OMP_NUM_THREADS": "3"}, cpus, ranks, pinned) == 3
+    assert intra_op_threads({"OMP_NUM_THREADS": "lots"}, cpus, ranks, pinned) is None
 
 
 BENCH = """

@@ -16,15 +16,17 @@ __all__ = ["intra_op_threads"]
 
 def intra_op_threads(env: Mapping[str, str], usable_cpus: int, local_ranks: int,
                      pinned_cpus: int | None) -> int | None:
-    """Threads for one rank's intra-op pool, or None to leave torch's choice (the user set
-    OMP_NUM_THREADS).
+    """Threads for one rank's intra-op pool: the user's OMP_NUM_THREADS where it is a positive
+    integer (set explicitly: a rank forked from a process that imported torch does not read
+    it again), None to leave torch alone where it is set to something else.
 
     `usable_cpus`: CPUs the rank's process may run on; `local_ranks`: ranks on this host
     sharing them; `pinned_cpus`: CPUs the rank's threads are pinned to (None: not pinned).
     A pinned rank gets one thread per pinned CPU; an unpinned one its share of the host's.
     """
-    if env.get("OMP_NUM_THREADS", "").strip():
-        return None
+    chosen = env.get("OMP_NUM_THREADS", "").strip()
+    if chosen:
+        return int(chosen) if chosen.isdigit() and int(chosen) > 0 else None
     if pinned_cpus is not None:
         return max(1, pinned_cpus)
     return max(1, usable_cpus // max(1, local_ranks))
