@@ -106,6 +106,11 @@ def test_agent_observer_sweep_reports_the_four_metrics(pytester, distbench_run):
         else:  # one agent latency per batch, or per request without batching
             assert r["iterations"] == (2 * 5 if f["batch"] else observers * 2 * 5)
         assert f["batch_size"] == (observers if f["batch"] else 1)
+        # Unpinned, as upstream's spawned processes are (the suite's default placement).
+        assert r["placement"] == "none"
+    # The seed's block prints latencies that can be read (0.58 ms is not "0.001").
+    block = [ln for ln in out.splitlines() if ln.startswith("agent latency -- {50: ")][0]
+    assert float(block.split("{50: ")[1].split(",")[0]) > 0 and "{50: 0.001," not in block
 
 
 def test_a_raising_rpc_handler_fails_with_the_peers_traceback_and_the_next_test_runs(
