@@ -82,8 +82,8 @@ CORE_SETTINGS = (
         "(1 = synchronous), a list", param="credits", param_id=lambda n: f"credits{n}"),
     Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors"),
     Setting("warmup", "--distbench-warmup", "5", parse_count(0),
-            "untimed warm-up iterations (a budget- or duration-bound point spends at most a "
-            "quarter of its time on them)"),
+            "untimed warm-up iterations (a budget-bound point spends at most a quarter of "
+            "its budget on them)"),
     Setting("iterations", "--distbench-iterations", "auto", _optional_count,
             "timed iterations per point; 'auto' calibrates to --distbench-budget"),
     Setting("min_iterations", "--distbench-min-iterations", "30", parse_count(1),

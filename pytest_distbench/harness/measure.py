@@ -28,8 +28,8 @@ CHUNK_S = 0.05
 # The fewest samples whose median has a 95 % interval (results/statistics/interval.py): where
 # --distbench-min-iterations would overrun the budget, a budget-bound point takes this many.
 MIN_INTERVAL_SAMPLES = 6
-# Warm-up calls of a budget- or duration-bound run stop at this share of its time: a point
-# whose iterations take a second would otherwise warm up for longer than it measures.
+# Warm-up calls of a budget-bound run stop at this share of its budget: a point whose
+# iterations take a second would otherwise warm up for longer than it measures.
 WARMUP_SHARE = 0.25
 # Untimed calls that size an iteration of repeated calls (repeats_within).
 FIT_CALLS = 3
@@ -329,14 +329,13 @@ class Distbench:
 
     def repeats_within(self, fn: Callable[[], Any], most: int) -> int:
         """How many back-to-back calls of `fn` one timed iteration should make: `most`, or
-        fewer where a time-bound run (budget or duration) could not fit
-        --distbench-min-iterations such iterations. Every rank calls it with its own `fn`
-        (a rank off the path with a no-op) and gets the same answer: the slowest rank's
-        median of a few untimed calls decides. Count mode keeps `most`.
+        fewer where a budget-bound run could not fit --distbench-min-iterations such
+        iterations. Every rank calls it with its own `fn` (a rank off the path with a no-op)
+        and gets the same answer: the slowest rank's median of a few untimed calls decides.
+        Count and duration modes keep `most`.
         """
         s = self._settings
-        bound = s.duration_s if s.duration_s is not None else (
-            s.budget_s if s.iterations is None else None)
+        bound = s.budget_s if s.iterations is None and s.duration_s is None else None
         if bound is None or most <= 1:
             return max(1, most)
         timed = self._timer(fn)
@@ -344,15 +343,16 @@ class Distbench:
         return max(1, min(most, int(bound / max(1, s.min_iterations) / one)))
 
     def _warm_up(self, timed: Callable[[], float]) -> list[float]:
-        """The untimed warm-up calls: --distbench-warmup of them, but in a time-bound run
-        (budget or duration) no more than WARMUP_SHARE of its time, every rank running as
-        many (the first call's slowest rank decides)."""
+        """The untimed warm-up calls: --distbench-warmup of them, but in a budget-bound run
+        no more than WARMUP_SHARE of its budget, every rank running as many (the first
+        call's slowest rank decides)."""
         s = self._settings
         if s.warmup == 0:
             return []
         warm = [timed()]
-        bound = s.duration_s if s.duration_s is not None else (
-            s.budget_s if s.iterations is None else None)
+        # Budget mode only: a duration run sizes its stop from the warm-up's median, which
+        # one cold call would make wrong (a 0.5 s run stopped at 0.42 s).
+        bound = s.budget_s if s.iterations is None and s.duration_s is None else None
         calls = s.warmup
         if bound is not None and calls > 1:
             first = self._agreed_per_call(timed, warm)
