@@ -93,7 +93,8 @@ CORE_SETTINGS = (
     Setting("budget", "--distbench-budget", "0.5s", parse_bounded_duration,
             "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
     Setting("precision", "--distbench-precision", "2%", _precision,
-            "budget-bound points stop once the 95 % interval of their p50 is within this "
+            "budget-bound points stop once the 95 % interval of their headline (the p50, or "
+            "a message family's rate) is within this "
             "(half-width, e.g. 2%), or when the budget runs out; 'off' spends the whole budget"),
     Setting("bind", "--distbench-bind", "auto", _bind,
             "auto: pack for CPU worlds in A/B mode, else core; core: pin rank r's main "

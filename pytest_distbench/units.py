@@ -315,6 +315,11 @@ def format_figure(value: float, digits: int = 4) -> str:
     return f"{rounded:,.{decimals}f}"
 
 
+def figure_cell(value: float | None) -> str:
+    """A table cell of a measured figure: format_figure, or "-" where there is none."""
+    return "-" if value is None else format_figure(value)
+
+
 def parse_count(minimum: int) -> Callable[[str], int]:
     """A parser of integers >= minimum, for settings that are counts."""
 

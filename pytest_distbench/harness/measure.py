@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ..results.statistics.interval import NORMAL_975, block_means, median_interval
+from ..results.statistics.interval import NORMAL_975, block_means, median_ranks
 from . import cuda_timing, rss
 from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
@@ -167,9 +167,8 @@ class Distbench:
                         # time runs out first (the warm-up's estimate of an iteration can be
                         # short) or, with a target, the headline is known well enough.
                         stopped_by = self._run_precise(
-                            timed, samples, iterations, s.precision or 0.0, per_call,
-                            timed_here, PRECISE[headline] if s.precision else _never,
-                            s.budget_s)
+                            timed, samples, iterations, s.precision or 0.0, timed_here,
+                            PRECISE[headline] if s.precision else _never, s.budget_s)
                         if s.precision is not None:
                             figures["precision_target"] = s.precision
                             figures["precision_statistic"] = headline
@@ -334,13 +333,17 @@ class Distbench:
         and gets the same answer: the slowest rank's median of a few untimed calls decides.
         Count and duration modes keep `most`.
         """
-        s = self._settings
-        bound = s.budget_s if s.iterations is None and s.duration_s is None else None
+        bound = self._budget_bound()
         if bound is None or most <= 1:
             return max(1, most)
         timed = self._timer(fn)
         one = self._agreed_per_call(timed, [timed() for _ in repeat(None, FIT_CALLS)])
-        return max(1, min(most, int(bound / max(1, s.min_iterations) / one)))
+        return max(1, min(most, int(bound / max(1, self._settings.min_iterations) / one)))
+
+    def _budget_bound(self) -> float | None:
+        """The budget of a budget-bound run (no iteration count, no duration), else None."""
+        s = self._settings
+        return s.budget_s if s.iterations is None and s.duration_s is None else None
 
     def _warm_up(self, timed: Callable[[], float]) -> list[float]:
         """The untimed warm-up calls: --distbench-warmup of them, but in a budget-bound run
@@ -352,7 +355,7 @@ class Distbench:
         warm = [timed()]
         # Budget mode only: a duration run sizes its stop from the warm-up's median, which
         # one cold call would make wrong (a 0.5 s run stopped at 0.42 s).
-        bound = s.budget_s if s.iterations is None and s.duration_s is None else None
+        bound = self._budget_bound()
         calls = s.warmup
         if bound is not None and calls > 1:
             first = self._agreed_per_call(timed, warm)
@@ -420,7 +423,7 @@ class Distbench:
                                       async_op=True)
 
     def _run_precise(self, timed: Callable[[], float], samples: array, most: int,
-                     precision: float, per_call: float, timed_here: bool,
+                     precision: float, timed_here: bool,
                      precise: Callable[[Sequence[float], float], bool],
                      budget_s: float) -> str:
         """Run at least min_iterations and at most `most` iterations (the budget's), stopping
@@ -435,7 +438,8 @@ class Distbench:
         same decision and sizes the same next chunk from them, without per-iteration traffic.
         """
         append = samples.append
-        least = min(self._settings.min_iterations, most)  # most already bowed to the budget
+        # At least one: most and min_iterations are both >= 1 (most already bowed to the budget).
+        least = min(self._settings.min_iterations, most)
         for _ in repeat(None, least):
             append(timed())
         # The first chunk is sized from these iterations' own maxima (every rank waits for
@@ -447,8 +451,8 @@ class Distbench:
         while True:
             stop = ("precision" if precise(slowest, precision)
                     else "budget" if math.fsum(slowest) >= budget_s else None)
-            size = min(self._chunk_size(CHUNK_S, statistics.fmean(slowest) if slowest
-                                        else per_call), most - len(samples))
+            size = min(self._chunk_size(CHUNK_S, statistics.fmean(slowest)),
+                       most - len(samples))
             if stop is not None or size <= 0:
                 if pending is not None:
                     pending[0].wait()  # every rank posted it; none leaves it in flight
@@ -555,11 +559,14 @@ class _Iterations:
 
 def _precise_median(samples: Sequence[float], precision: float) -> bool:
     """Whether the 95 % interval of the median of `samples` is within `precision` of it."""
-    bounds = median_interval(samples)
-    if bounds is None:
+    # Asked after every chunk of a growing list: one sort serves the interval and the median.
+    ordered = sorted(samples)
+    ranks = median_ranks(len(ordered))
+    if ranks is None:
         return False
-    middle = statistics.median(samples)
-    return middle > 0 and (bounds[1] - bounds[0]) / 2 / middle <= precision
+    middle = statistics.median(ordered)
+    low, high = ordered[ranks[0] - 1], ordered[ranks[1] - 1]
+    return middle > 0 and (high - low) / 2 / middle <= precision
 
 
 def _precise_mean(samples: Sequence[float], precision: float) -> bool:

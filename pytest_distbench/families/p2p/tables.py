@@ -13,12 +13,6 @@ from ...results.rendering import ci
 _ALIGN = "right"
 
 
-def _fmt(value: float | None) -> str:
-    """Every figure of every table in one format (units.format_figure): four significant
-    digits, thousands separators."""
-    return "-" if value is None else units.format_figure(value)
-
-
 def _wrong(record: dict[str, Any]) -> str:
     return "N/A" if record.get("wrong") is None else str(record["wrong"])
 
@@ -63,12 +57,12 @@ def _rates(records: list[dict[str, Any]]) -> str:
             str(r["nbytes"]),
             str(f.get("window", "-")),
             str(f.get("pairs", "-")),
-            ci.with_pct(_fmt(f.get("mbps")), f.get("rate_ci_pct"), r),
-            _fmt(f.get("mbps_p50")),
-            _fmt(f.get("mbps_p95")),
-            _fmt(f.get("msgs_per_s")),
-            _fmt(f.get("msgs_per_s_p50")),
-            _fmt(f.get("msgs_per_s_p95")),
+            ci.with_pct(units.figure_cell(f.get("mbps")), f.get("rate_ci_pct"), r),
+            units.figure_cell(f.get("mbps_p50")),
+            units.figure_cell(f.get("mbps_p95")),
+            units.figure_cell(f.get("msgs_per_s")),
+            units.figure_cell(f.get("msgs_per_s_p50")),
+            units.figure_cell(f.get("msgs_per_s_p95")),
             _wrong(r),
             str(r["iterations"]),
         ])
@@ -102,11 +96,11 @@ def render_arras(records: list[dict[str, Any]]) -> str:
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
-            ci.with_pct(_fmt(f.get("msgs_per_s")), f.get("rate_ci_pct"), r),
-            _fmt(f.get("us_per_msg")),
-            _fmt(f.get("mbps")),
+            ci.with_pct(units.figure_cell(f.get("msgs_per_s")), f.get("rate_ci_pct"), r),
+            units.figure_cell(f.get("us_per_msg")),
+            units.figure_cell(f.get("mbps")),
             str(f.get("total_messages", "-")),
-            _fmt(f.get("total_s")),
+            units.figure_cell(f.get("total_s")),
             _wrong(r),
         ])
     headers = ["transport", "path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s",

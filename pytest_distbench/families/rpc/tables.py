@@ -34,10 +34,6 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
                     colalign=("right",) * len(headers))
 
 
-def _figure(value: Any) -> str:
-    return "-" if value is None else units.format_figure(value)
-
-
 def _cell(p50_s: float, record: dict[str, Any]) -> str:
     """A transports-table cell: the round trip in ms ± its interval."""
     return ci.with_pct(units.format_figure(p50_s * 1e3), ci.p50_pct(record), record)
@@ -50,7 +46,7 @@ def render_latency(records: list[dict[str, Any]]) -> str:
         rows.append([_size(r["nbytes"]),
                      ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                      units.format_duration_us(s["mean"]),
-                     units.format_duration_us(s["p95"]), _figure(f.get("mbps")),
+                     units.format_duration_us(s["p95"]), units.figure_cell(f.get("mbps")),
                      r["wrong"] if r["wrong"] is not None else "N/A",
                      f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "round trip p50 (us) ± 95% CI", "mean (us)",
@@ -70,8 +66,8 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
             credits = f"{credits} (of {f['credits_requested']})"
         rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
-                     ci.with_pct(_figure(f.get("msgs_per_s")), ci.rate_pct(r), r),
-                     _figure(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
+                     ci.with_pct(units.figure_cell(f.get("msgs_per_s")), ci.rate_pct(r), r),
+                     units.figure_cell(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
     return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
                          "msgs/s ± 95% CI",
                          "MB/s (payload one way)", "stalls"]) + (
@@ -141,13 +137,13 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
         rows.append([
             "true" if f["batch"] else "false", "-".join(str(d) for d in f["state_size"]),
             f["nlayers"], f["out_features"], f"{f['episodes']}x{f['steps']}",
-            _figure(m["agent_latency_s"]["p50"] * 1e3),
-            _figure(m["agent_latency_s"]["p95"] * 1e3),
-            _figure(m["agent_throughput"]["p50"]),
-            _figure(m["observer_latency_s"]["p50"] * 1e3),
-            _figure(m["observer_latency_s"]["p95"] * 1e3),
-            _figure(m["observer_throughput"]["p50"]),
-            _figure(f.get("run_s")),
+            units.figure_cell(m["agent_latency_s"]["p50"] * 1e3),
+            units.figure_cell(m["agent_latency_s"]["p95"] * 1e3),
+            units.figure_cell(m["agent_throughput"]["p50"]),
+            units.figure_cell(m["observer_latency_s"]["p50"] * 1e3),
+            units.figure_cell(m["observer_latency_s"]["p95"] * 1e3),
+            units.figure_cell(m["observer_throughput"]["p50"]),
+            units.figure_cell(f.get("run_s")),
             ",".join(f.get("tensorpipe_transports", ["default"])),
         ])
     table = _table(rows, [
