@@ -402,6 +402,7 @@ class Distbench:
         pending = None
         start = time.perf_counter()
         while True:
+            began, ran = time.perf_counter(), size
             for _ in repeat(None, size):
                 append(timed())
             if pending is not None:
@@ -412,11 +413,16 @@ class Distbench:
                 size = int(-proposed)
             # The average since the start, waits included: a rank ahead of a slower one is held
             # back at chunk ends, so only the long-run pace predicts the next end.
-            elapsed = time.perf_counter() - start
+            now = time.perf_counter()
+            elapsed = now - start
             rate = elapsed / len(samples)
+            # The end is predicted at the faster of that pace and the last chunk's: a slow
+            # first chunk (a cold connection) must not end a run before its duration; ending
+            # one chunk late is within the overrun the sanity rule allows.
+            pace = min(rate, (now - began) / ran)
             # 1: the duration is reached; 2: the sample cap is.
             capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
-            decision[0] = 2.0 if capped else float(elapsed + size * rate >= duration_s)
+            decision[0] = 2.0 if capped else float(elapsed + size * pace >= duration_s)
             # Negated: the MAX of the reduction is then the shortest chunk asked for.
             decision[1] = -float(self._chunk_size(chunk_s, rate))
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
