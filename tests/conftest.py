@@ -29,6 +29,30 @@ LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "M
 LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
 
 
+# Every pytest this suite starts (pytester sessions, documented commands, torchrun and xdist
+# ranks) skips hypothesis's plugin: none of them uses it, and importing it is a third of a
+# small session's start-up (docs/architecture.md, "The test suite's time").
+NO_HYPOTHESIS = "-p no:hypothesispytest"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def child_sessions_without_hypothesis():
+    saved = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = f"{saved or ''} {NO_HYPOTHESIS}".strip()
+    yield
+    if saved is None:
+        os.environ.pop("PYTEST_ADDOPTS", None)
+    else:
+        os.environ["PYTEST_ADDOPTS"] = saved
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester's own, with PYTEST_ADDOPTS set again after pytester clears it."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
+    return pytester
+
+
 @pytest.fixture
 def leak_tag(monkeypatch: pytest.MonkeyPatch):
     """Tag the environment of child pytest sessions; fail if a tagged process outlives the test."""
