@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,63 @@ def why_slow(command: Command) -> str | None:
     return None
 
 
+# Commands of ten seconds and more whose words a quicker documented command or test also
+# runs: CI runs them after the README's test command (`pytest -m extended`). Keyed by their
+# words (comments dropped), so a command edited in the docs falls back to the quick set, never
+# out of CI.
+EXTENDED = {
+    "pytest --distbench --world-size=2,4,8 --pyargs pytest_distbench.suites.test_collectives "
+    "--tensor-size=4B,1KiB,1MiB,64MiB":
+        "every collective at three world sizes and 64 MiB (docs/reports.md's 2,4,8 sweep and "
+        "tests/test_suite.py run the collectives quickly)",
+    "pytest --distbench --world-size=3 --pyargs pytest_distbench.suites -k message_rate "
+    "--tensor-size=1B --distbench-credits=1,5,10,100 --distbench-duration=30s "
+    "--distbench-report-every=5s":
+        "24 duration runs (docs/p2p.md's count-mode twin and README's duration message-rate "
+        "command run quickly)",
+    "pytest --distbench --pyargs pytest_distbench.suites -k store":
+        "the whole store study (tests/test_store_suite.py runs it with both backends)",
+    "pytest -n 4 --distbench --distbench-json=run.json":
+        "four xdist workers (docs/launchers.md runs two, and tests/test_xdist.py)",
+    "pytest -n 4 --distbench --distbench-json=run.json --distbench-save=nightly":
+        "four xdist workers saving a baseline (docs/launchers.md runs two workers quickly; "
+        "tests/test_xdist.py saves under xdist)",
+    "torchrun --standalone --nproc-per-node=4 -m pytest --distbench":
+        "four torchrun ranks on a built-in suite (docs/launchers.md runs four on a user's "
+        "file, and tests/test_launcher_run.py)",
+}
+
+
+def why_extended(command: Command, commands: Sequence[Command]) -> str | None:
+    words = " ".join(command.argv)
+    if words in EXTENDED:
+        return EXTENDED[words]
+    twin = narrower_twin(command, commands)
+    return f"every default size; {twin.source} runs its selection narrowed" if twin else None
+
+
+# Options that narrow or widen a sweep without changing what a command exercises.
+SWEEP_OPTIONS = ("--tensor-size=", "--distbench-credits=", "--distbench-budget=")
+
+
+def narrower_twin(command: Command, commands: Sequence[Command]) -> Command | None:
+    """Another documented command that is this one with its sizes chosen (and maybe credits
+    or budget), where this one runs every default size: running that one exercises the same
+    words, so this one's whole sweep runs with the extended set."""
+    if any(a.startswith("--tensor-size=") for a in command.argv):
+        return None
+    mine = _without_sweep(command.argv)
+    for other in commands:
+        if (other is not command and _without_sweep(other.argv) == mine
+                and any(a.startswith("--tensor-size=") for a in other.argv)):
+            return other
+    return None
+
+
+def _without_sweep(argv: Sequence[str]) -> list[str]:
+    return [a for a in argv if not a.startswith(SWEEP_OPTIONS)]
+
+
 def expand(text: str, env: dict[str, str]) -> str:
     """$NAME and ${NAME} replaced from `env` (unknown names left as written)."""
     return re.sub(r"\$(?:\{(\w+)\}|(\w+))",
@@ -171,7 +229,7 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
 def _budget(argv: list[str]) -> list[str]:
     extra = ["-p", "no:cacheprovider"]
     if any(a.startswith("--distbench-duration=") for a in argv):
-        extra += ["--distbench-duration=0.5s", "--distbench-timeout=120s"]
+        extra += ["--distbench-duration=0.5s", "--distbench-warmup=1", "--distbench-timeout=120s"]
         if any(a.startswith("--distbench-report-every=") for a in argv):
             extra.append("--distbench-report-every=0.25s")
         return extra

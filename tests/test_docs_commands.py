@@ -5,7 +5,8 @@ is the one imported), with the files earlier steps of the docs would have left (
 a baseline, a user's benchmark file), as written plus a small budget (doc_commands.runnable).
 It must exit 0, print its tables or write its files, and leave no process behind. Commands that
 need another machine, a scheduler or a GPU are listed with where they are exercised instead;
-the whole main job and the 10-80 rank and thousands-of-clients sweeps run with -m slow.
+the whole main job and the 10-80 rank and thousands-of-clients sweeps run with -m slow, and
+sweeps that a quicker command or test also exercises with -m extended (CI runs those).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from pathlib import Path
 
 import pytest
 from doc_commands import (
+    EXTENDED,
     Command,
     commands_in,
     documented_commands,
     expand,
+    narrower_twin,
     runnable,
     where_not,
+    why_extended,
     why_slow,
 )
 from leaks import TAG_VARIABLE, processes_with_tag
@@ -59,6 +63,8 @@ def _params() -> list:
         marks = [pytest.mark.skip(reason=elsewhere)] if elsewhere else []
         if slow:
             marks.append(pytest.mark.slow)
+        elif why_extended(command, COMMANDS):
+            marks.append(pytest.mark.extended)
         out.append(pytest.param(command, id=command.id, marks=marks))
     return out
 
@@ -243,3 +249,22 @@ def test_commands_that_cannot_run_here_say_where_they_are_exercised() -> None:
                for c in elsewhere)
     runnable_here = [c for c in COMMANDS if not where_not(c)]
     assert len(runnable_here) >= 3 * len(elsewhere)
+
+
+def test_a_whole_sweep_with_a_narrowed_twin_waits_for_slow() -> None:
+    found = commands_in("\n".join([
+        "```",
+        "pytest --distbench --world-size=2 --pyargs s -k rpc",
+        "pytest --distbench --world-size=2 --pyargs s -k rpc --tensor-size=4B --distbench-budget=1",
+        "pytest --distbench --world-size=3 --pyargs s -k rpc",
+        "```",
+    ]), "doc.md")
+    whole, narrowed, other = found
+    assert narrower_twin(whole, found) is narrowed
+    assert narrower_twin(narrowed, found) is None  # it chose its sizes: it is the twin
+    assert narrower_twin(other, found) is None  # another world size is not the same words
+
+
+def test_every_extended_command_is_still_in_the_docs() -> None:
+    words = {" ".join(c.argv) for c in COMMANDS}
+    assert [w for w in EXTENDED if w not in words] == []

@@ -116,8 +116,8 @@ def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
     _check_run(nodes[0].output + nodes[1].output, path, "torchrun", 2)
 
 
-@pytest.mark.parametrize("kind", ["slurm", "openmpi", pytest.param("mpich",
-                                                                    marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["slurm", pytest.param("openmpi", marks=pytest.mark.extended),
+                                  pytest.param("mpich", marks=pytest.mark.slow)])
 def test_simulated_srun_and_mpirun(pytester, leak_tag, kind):
     pytester.makepyfile(BENCH)
     path = pytester.path / "run.json"

@@ -202,7 +202,7 @@ def test_threads(distbench):
 """
 
 
-@pytest.mark.parametrize("bind", ["core", "none"])
+@pytest.mark.parametrize("bind", ["core", pytest.param("none", marks=pytest.mark.extended)])
 def test_ranks_share_the_cores_intra_op_threads_as_torchrun_does(
         pytester, distbench_run, one_core, monkeypatch, bind):
     pytester.makepyfile(THREADS)

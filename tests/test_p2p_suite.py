@@ -134,7 +134,7 @@ def test_computation_to_computation_runs_with_three_ranks(pytester, distbench_ru
     result.stdout.fnmatch_lines(["*computation_to_computation*1025*2*0"])
 
 
-@pytest.mark.parametrize("world_size", [3, 5])
+@pytest.mark.parametrize("world_size", [3, pytest.param(5, marks=pytest.mark.extended)])
 def test_a_duration_run_on_a_path_that_leaves_rank_0_idle_lasts_its_duration(
         pytester, distbench_run, world_size):
     """Rank 0 is not on the computation_to_computation path: its idle loop must not set the

@@ -152,6 +152,7 @@ def test_bad_ab_options_are_usage_errors_before_any_rank(bench, distbench_run, t
     assert not (bench.path / "notes.txt").exists()
 
 
+@pytest.mark.extended
 def test_append_adds_runs_and_one_run_says_its_noise_is_unknown(bench, distbench_run):
     path = bench.path / "baselines" / "main.json"
     distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=1)

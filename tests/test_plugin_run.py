@@ -147,6 +147,7 @@ def test_calibration_gives_every_rank_the_same_count(pytester, distbench_run):
     assert {len(s) for s in record["rank_samples"]} == {record["iterations"]}
 
 
+@pytest.mark.extended
 def test_pytest_xdist_sessions_do_not_collide(pytester, distbench_run):
     pytester.makepyfile(
         """

@@ -123,6 +123,7 @@ def test_memory_that_cannot_be_had_is_a_clear_error_and_the_session_goes_on(
     assert "gloo ws2 cpu x2 (" in starts, starts
 
 
+@pytest.mark.extended
 def test_failures_under_pressure_keep_the_foundations_guarantees(pytester, distbench_run):
     pytester.makepyfile(
         textwrap.dedent("""

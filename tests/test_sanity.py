@@ -137,7 +137,7 @@ def test_an_impossible_record_fails_its_test_and_is_kept_marked_invalid(
     assert " 1 KiB " in table and " 1 GiB " not in table  # the possible row only
 
 
-@pytest.mark.parametrize("world_size", [3, 5])
+@pytest.mark.parametrize("world_size", [3, pytest.param(5, marks=pytest.mark.extended)])
 def test_message_rate_off_path_ranks_are_not_timed_and_the_duration_is_kept(
         pytester, distbench_run, world_size):
     """Defect 1: at 3+ ranks the rank off the path timed its idle loop; with a duration the
