@@ -166,6 +166,16 @@ EXTENDED = {
     "pytest -n 4 --distbench --distbench-json=run.json --distbench-save=nightly":
         "four xdist workers saving a baseline (docs/launchers.md runs two workers quickly; "
         "tests/test_xdist.py saves under xdist)",
+    "pytest --distbench --world-size=3 --pyargs pytest_distbench.suites -k message_rate "
+    "--tensor-size=1B --distbench-credits=1,5,10,100":
+        "24 message-rate points (README's and docs/p2p.md's one-size message-rate commands run "
+        "quickly)",
+    "pytest --distbench --world-size=2 --pyargs pytest_distbench.suites -k transports "
+    "--tensor-size=1.25KB,20KB,1.25MB,10MB,40MB":
+        "transports up to 40 MB (docs/rpc.md's 4 B and 1 MiB RPC command runs them quickly)",
+    "pytest --distbench --pyargs pytest_distbench.suites -k store and barrier "
+    "--distbench-store-backend=libuv":
+        "the store barrier at every client count (tests/test_store_suite.py picks a backend)",
     "torchrun --standalone --nproc-per-node=4 -m pytest --distbench":
         "four torchrun ranks on a built-in suite (docs/launchers.md runs four on a user's "
         "file, and tests/test_launcher_run.py)",

@@ -83,6 +83,7 @@ def test_duration_run_stops_near_its_duration_with_every_rank_agreeing(pytester,
     assert all(1.35 <= e <= 2.5 for e in record["elapsed_s"]), record["elapsed_s"]
 
 
+@pytest.mark.extended
 def test_live_lines_in_order_with_consistent_totals(pytester, distbench_run):
     pytester.makepyfile(BENCH)
     out = pytester.path / "out.json"

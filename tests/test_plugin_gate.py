@@ -89,6 +89,7 @@ def test_one_stored_run_reports_a_slowdown_and_fails_nothing(bench, distbench_ru
     assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.extended
 def test_improvement_and_new_benchmarks_do_not_fail(bench, distbench_run, monkeypatch):
     monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1.0")
     distbench_run("--distbench", "--distbench-save=slow").assert_outcomes(passed=2)
