@@ -103,8 +103,9 @@ def test_live_lines_in_order_with_consistent_totals(pytester, distbench_run):
         assert big_t == pytest.approx(total_t, abs=0.02)
         if k <= 5:
             assert big_t == pytest.approx(0.5 * k, abs=0.25)  # each line closes its interval
-        # The printed times are rounded to 10 ms, so rates agree with them to a few percent.
-        assert float(m["rate"]) == pytest.approx(n / t, rel=0.03)
+        # The printed times are rounded to 10 ms: a rate agrees with them within what that
+        # rounding allows, which is more than a few percent on a short tail interval.
+        assert t > 0 and float(m["rate"]) == pytest.approx(n / t, rel=0.01 + 0.005 / t)
         assert float(m["mbps"]) == pytest.approx(float(m["rate"]) * 1000 / 1e6, abs=0.006)
         assert float(m["US"]) == pytest.approx(big_t / big_n * 1e6, rel=0.01)
     record = _record(out)
