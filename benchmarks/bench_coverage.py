@@ -56,13 +56,30 @@ def test_point_{index}(distbench, {fixtures}run):
 '''
 
 
-def write_suite(path: Path, args: argparse.Namespace) -> None:
+def suite_text(args: argparse.Namespace) -> str:
     text = TEMPLATE.format(long_budget=args.long_budget, precision=args.precision,
                            budget=args.budget)
     for index, (_, call, _) in enumerate(POINTS):
         fixtures = "rpc_agent, " if "rpc_agent" in call else ""
         text += TEST.format(index=index, fixtures=fixtures, call=call, repeats=args.repeats)
-    path.write_text(textwrap.dedent(text))
+    return textwrap.dedent(text)
+
+
+def run_points(suite: str, world_size: int) -> list[dict] | None:
+    """Run a generated suite in one session (one world per size) and return its records in
+    run order, or None (the session's output printed) if it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "test_generated_points.py"
+        path.write_text(suite)
+        out = Path(tmp) / "records.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path),
+             "--distbench", f"--world-size={world_size}", f"--distbench-json={out}"],
+            capture_output=True, text=True, cwd=tmp)
+        if done.returncode != 0:
+            print(done.stdout[-4000:], done.stderr[-2000:])
+            return None
+        return [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
 
 
 def headline(records: list[dict], kind: str) -> float:
@@ -92,18 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="2%")
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        suite = Path(tmp) / "test_coverage_points.py"
-        write_suite(suite, args)
-        out = Path(tmp) / "coverage.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite),
-             "--distbench", f"--world-size={args.world_size}", f"--distbench-json={out}"],
-            capture_output=True, text=True, cwd=tmp)
-        if done.returncode != 0:
-            print(done.stdout[-4000:], done.stderr[-2000:])
-            return 1
-        records = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    records = run_points(suite_text(args), args.world_size)
+    if records is None:
+        return 1
     print(f"{'point':24} {'long-run':>12} {'covered':>8} {'met':>5} {'achieved p50':>13} "
           f"{'long 0 / long 1':>16}")
     covered_all = total_all = 0
@@ -127,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         total_all += len(targeted)
         shown = value * 1e6 if kind == "p50" else value
         unit = "us" if kind == "p50" else "msg/s"
+        # A run too short for its interval has no achieved precision.
+        reached = f"{100 * statistics.median(achieved):12.2f}%" if achieved else f"{'-':>13}"
         print(f"{label:24} {shown:9.4g} {unit:>2} {covered:>4}/{len(targeted):<3} "
-              f"{met:>2}/{len(targeted):<2} {100 * statistics.median(achieved):12.2f}% "
-              f"{drift:16.3f}")
+              f"{met:>2}/{len(targeted):<2} {reached} {drift:16.3f}")
     print(f"\nwithin-session coverage of the long-run value by the targeted runs' 95 % "
           f"intervals: {covered_all}/{total_all} ({covered_all / max(total_all, 1):.0%})")
     return 0

@@ -14,13 +14,10 @@ a slow drift a sentinel could follow).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import textwrap
-from pathlib import Path
+
+from bench_coverage import run_points  # the same one-session runner
 
 SETTLE = 3
 
@@ -54,19 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default="0.4s")
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        suite = Path(tmp) / "test_drift_points.py"
-        suite.write_text(textwrap.dedent(SUITE.format(budget=args.budget,
-                                                      repeats=args.repeats)))
-        out = Path(tmp) / "drift.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite),
-             "--distbench", f"--world-size={args.world_size}", f"--distbench-json={out}"],
-            capture_output=True, text=True, cwd=tmp)
-        if done.returncode != 0:
-            print(done.stdout[-4000:], done.stderr[-2000:])
-            return 1
-        records = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    records = run_points(textwrap.dedent(SUITE.format(budget=args.budget,
+                                                      repeats=args.repeats)),
+                         args.world_size)
+    if records is None:
+        return 1
     for point in ("p2p_latency", "all_reduce"):
         mine = [r for r in records if f"-{point}]" in r["name"]]
         p50s = [r["summary"]["p50"] for r in mine]
