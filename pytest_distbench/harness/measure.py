@@ -401,7 +401,6 @@ class Distbench:
         decision = torch.zeros(2, dtype=torch.float64)  # [stop after next chunk, size after]
         pending = None
         fastest = math.inf  # the fastest chunk's time per iteration so far
-        first = True
         start = time.perf_counter()
         while True:
             began, ran = time.perf_counter(), size
@@ -413,21 +412,20 @@ class Distbench:
                 if stop:
                     return stop > 1
                 size = int(-proposed)
-            # The average since the start, waits included: a rank ahead of a slower one is held
-            # back at chunk ends, so only the long-run pace predicts the next end.
+            # The average since the start, waits included, sizes the chunk after next: a rank
+            # ahead of a slower one is held back at chunk ends.
             now = time.perf_counter()
             elapsed = now - start
             rate = elapsed / len(samples)
             fastest = min(fastest, (now - began) / ran)
             # The next chunk's end is predicted at the fastest pace seen, and never from the
-            # first chunk alone: a cold first chunk (a connection made, a cache filled) is
-            # slower than what follows, and a run stopped on its pace ends early (a 0.5 s
-            # message-rate run whose first 64 messages took 0.25 s stopped at 0.43 s).
-            # Stopping a chunk later than needed stays within the overrun the sanity rule
-            # allows (two of the slowest iterations).
+            # first chunk alone (no decision posted yet): a cold first chunk (a connection
+            # made, a cache filled) is slower than what follows, and a run stopped on its pace
+            # ends early (a 0.5 s message-rate run whose first 64 messages took 0.25 s stopped
+            # at 0.43 s). Stopping a chunk later than needed stays within the overrun the
+            # sanity rule allows (two of the slowest iterations).
             reached = elapsed >= duration_s or (
-                not first and elapsed + size * fastest >= duration_s)
-            first = False
+                pending is not None and elapsed + size * fastest >= duration_s)
             # 1: the duration is reached; 2: the sample cap is.
             capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
             decision[0] = 2.0 if capped else float(reached)
