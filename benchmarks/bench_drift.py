@@ -17,7 +17,7 @@ import argparse
 import statistics
 import textwrap
 
-from bench_coverage import run_points  # the same one-session runner
+from bench_coverage import interval, run_points  # the same runner and interval reader
 
 SETTLE = 3
 
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default="0.4s")
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.repeats < SETTLE + 2:
+        parser.error(f"--repeats: at least {SETTLE + 2} (the first {SETTLE} are set apart, and "
+                     f"a spread needs two more)")
     records = run_points(textwrap.dedent(SUITE.format(budget=args.budget,
                                                       repeats=args.repeats)),
                          args.world_size)
@@ -60,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in records if f"-{point}]" in r["name"]]
         p50s = [r["summary"]["p50"] for r in mine]
         session = statistics.median(p50s)
-        covered = sum(1 for r in mine if (r.get("p50_ci") or {}).get("low") is not None
-                      and r["p50_ci"]["low"] <= session <= r["p50_ci"]["high"])
-        halves = [100 * (r["p50_ci"]["high"] - r["p50_ci"]["low"]) / 2 / r["summary"]["p50"]
-                  for r in mine if (r.get("p50_ci") or {}).get("low") is not None]
+        known = [(r["summary"]["p50"], bounds) for r in mine
+                 if (bounds := interval(r, "p50")) is not None]
+        covered = sum(1 for _, (low, high) in known if low <= session <= high)
+        halves = [100 * (high - low) / 2 / p50 for p50, (low, high) in known]
         settled = p50s[SETTLE:]
         spread = 100 * statistics.stdev(settled) / statistics.fmean(settled)
         print(f"{point} 1 KiB, {len(mine)} runs of {args.budget} at {args.world_size} ranks "

@@ -33,7 +33,7 @@ SLOW = (
      "thousands of store clients"),
     (lambda argv: _runs_everything(argv), "every suite (the main job's selection)"),
     (lambda argv: any(a.startswith("--distbench-credits=") and len(a.split(",")) >= 3
-                      for a in argv) and not any(a.startswith("--tensor-size=") for a in argv),
+                      for a in argv) and not _chooses_sizes(argv),
      "every default size x three or more credit counts"),
     (lambda argv: "--distbench-allocate=2GiB" in argv and "-k" in argv,
      "a whole family under gigabytes of memory pressure per rank"),
@@ -198,14 +198,18 @@ def narrower_twin(command: Command, commands: Sequence[Command]) -> Command | No
     """Another documented command that is this one with its sizes chosen (and maybe credits
     or budget), where this one runs every default size: running that one exercises the same
     words, so this one's whole sweep runs with the extended set."""
-    if any(a.startswith("--tensor-size=") for a in command.argv):
+    if _chooses_sizes(command.argv):
         return None
     mine = _without_sweep(command.argv)
     for other in commands:
         if (other is not command and _without_sweep(other.argv) == mine
-                and any(a.startswith("--tensor-size=") for a in other.argv)):
+                and _chooses_sizes(other.argv)):
             return other
     return None
+
+
+def _chooses_sizes(argv: Sequence[str]) -> bool:
+    return any(a.startswith("--tensor-size=") for a in argv)
 
 
 def _without_sweep(argv: Sequence[str]) -> list[str]:

@@ -251,7 +251,7 @@ def test_commands_that_cannot_run_here_say_where_they_are_exercised() -> None:
     assert len(runnable_here) >= 3 * len(elsewhere)
 
 
-def test_a_whole_sweep_with_a_narrowed_twin_waits_for_slow() -> None:
+def test_a_whole_sweep_with_a_narrowed_twin_joins_the_extended_set() -> None:
     found = commands_in("\n".join([
         "```",
         "pytest --distbench --world-size=2 --pyargs s -k rpc",
