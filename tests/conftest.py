@@ -6,13 +6,18 @@ each test any process still carrying the tag is a leak, whoever its parent is no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from _pytest.pathlib import make_numbered_dir
 from leaks import TAG_VARIABLE, processes_with_tag
+from zygote import ZygotePool, plain_subprocess
 
 try:
     # pytester restores sys.modules after each test, dropping modules first imported during
@@ -46,11 +51,55 @@ def child_sessions_without_hypothesis():
         os.environ["PYTEST_ADDOPTS"] = saved
 
 
+@pytest.fixture(scope="session")
+def zygotes():
+    """Forks pytest sessions from an interpreter that imported torch once (tests/zygote.py)."""
+    pool = ZygotePool()
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester's own, with PYTEST_ADDOPTS set again after pytester clears it."""
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+             zygotes: ZygotePool) -> pytest.Pytester:
+    """pytester's own, with PYTEST_ADDOPTS set again after pytester clears it, and its
+    subprocess sessions forked from a zygote."""
     monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
+    if not plain_subprocess():
+        def runpytest_subprocess(*args, timeout: float | None = None) -> pytest.RunResult:
+            __tracebackhide__ = True
+            return run_session(pytester, zygotes, args, timeout)
+
+        monkeypatch.setattr(pytester, "runpytest_subprocess", runpytest_subprocess)
     return pytester
+
+
+def run_session(pytester: pytest.Pytester, zygotes: ZygotePool, args, timeout) -> pytest.RunResult:
+    """pytester.runpytest_subprocess's session (its --basetemp, -p plugins, output files, cwd
+    on the path, timeout), forked from a zygote."""
+    __tracebackhide__ = True
+    basetemp = make_numbered_dir(root=pytester.path, prefix="runpytest-", mode=0o700)
+    argv = [f"--basetemp={basetemp}", *(os.fspath(a) for a in args)]
+    for plugin in pytester.plugins:
+        argv = ["-p", plugin, *argv]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    out, err = pytester.path / "stdout", pytester.path / "stderr"
+    print("running (zygote):", sys.executable, "-mpytest", *argv)
+    print("     in:", Path.cwd())
+    began = time.monotonic()
+    exited = zygotes.run(argv, cwd=Path.cwd(), env=env, stdout=out, stderr=err, timeout=timeout)
+    if exited.timed_out:
+        raise pytester.TimeoutExpired(f"{timeout} second timeout expired running: {argv}")
+    stdout = out.read_text(encoding="utf8").splitlines()
+    stderr = err.read_text(encoding="utf8").splitlines()
+    for lines, stream in ((stdout, sys.stdout), (stderr, sys.stderr)):
+        for line in lines:
+            print(line, file=stream)
+    code = exited.returncode
+    with contextlib.suppress(ValueError):
+        code = pytest.ExitCode(code)
+    return pytest.RunResult(code, stdout, stderr, time.monotonic() - began)
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from doc_commands import (
     why_slow,
 )
 from leaks import TAG_VARIABLE, processes_with_tag
+from zygote import ZygotePool
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = documented_commands(ROOT)
@@ -70,7 +71,7 @@ def _params() -> list:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory, zygotes: ZygotePool) -> Path:
     """A checkout as the docs' earlier steps leave it: results files and a baseline."""
     base = tmp_path_factory.mktemp("docs-checkout")
     repo = base / "repo"
@@ -88,8 +89,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
              "-p", "no:cacheprovider", "--pyargs", "pytest_distbench.suites.test_collectives",
              "-k", "all_reduce", "--tensor-size=1KiB,64KiB", "--distbench-iterations=5"]
     for extra in (["--distbench-json=run.json"], ["--distbench-save=main"]):
-        done = subprocess.run(first + extra, cwd=repo, env=_env(repo), capture_output=True,
-                              text=True, timeout=TIMEOUT_S)
+        done = zygotes.run_command(first + extra, cwd=repo, env=_env(repo), timeout=TIMEOUT_S)
         assert done.returncode == 0, done.stdout + done.stderr
     for name in ("a.json", "b.json", "c.json"):
         shutil.copy(repo / "run.json", repo / name)
@@ -126,8 +126,9 @@ class Runner:
     command's time is imports and rank start-up, not measurement, so they overlap well.
     Commands that read the same once run as written share one run."""
 
-    def __init__(self, template: Path, base: Path) -> None:
+    def __init__(self, template: Path, base: Path, zygotes: ZygotePool) -> None:
         self.template = template
+        self.zygotes = zygotes
         self.base = base
         self.pool = ThreadPoolExecutor(PARALLEL)
         self.futures: dict[tuple, Future] = {}
@@ -147,8 +148,8 @@ class Runner:
             (repo / "baselines" / "main.json").unlink()
         argv = runnable(command, sys.executable, _env(repo, command.env))
         try:
-            done = subprocess.run(argv, cwd=repo, env=_env(repo, command.env),
-                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+            done = self.zygotes.run_command(argv, cwd=repo, env=_env(repo, command.env),
+                                            timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             return Ran(argv, repo, -1, str(exc.stdout or ""), f"timed out after {TIMEOUT_S} s")
         if command.stdout_to:  # the shell's `> FILE` / `>> FILE`
@@ -159,13 +160,14 @@ class Runner:
 
 
 @pytest.fixture(scope="module")
-def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request):
+def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request,
+           zygotes: ZygotePool):
     """Every command of the session's selection starts at once (PARALLEL run together); a
     leak check after all of them."""
     tag = uuid.uuid4().hex
     saved = os.environ.get(TAG_VARIABLE)
     os.environ[TAG_VARIABLE] = tag
-    run = Runner(template, tmp_path_factory.mktemp("docs-runs"))
+    run = Runner(template, tmp_path_factory.mktemp("docs-runs"), zygotes)
     for item in request.session.items:
         command = getattr(item, "callspec", None) and item.callspec.params.get("command")
         if isinstance(command, Command) and item.get_closest_marker("skip") is None:

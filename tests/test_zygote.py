@@ -1,0 +1,52 @@
+"""The suite's forked pytest sessions behave as subprocess ones do (tests/zygote.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from zygote import ZygotePool
+
+
+def test_a_session_gets_its_directory_environment_cpus_and_output(pytester, monkeypatch):
+    pytester.makepyfile("""
+        import os, sys
+
+        def test_sees_what_it_was_given():
+            print("cwd", os.getcwd())
+            print("marker", os.environ["ZYGOTE_MARKER"])
+            print("cpus", sorted(os.sched_getaffinity(0)))
+            print("to stderr", file=sys.stderr)
+            assert False, "failing on purpose"
+    """)
+    monkeypatch.setenv("ZYGOTE_MARKER", "seen")
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    finally:
+        os.sched_setaffinity(0, before)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"*cwd {pytester.path}", "marker seen", f"cpus [[]{cpu}[]]",
+                                 "*failing on purpose*"])
+    assert "to stderr" in result.stderr.str()
+
+
+def test_a_session_past_its_timeout_is_killed_and_the_next_one_runs(tmp_path):
+    pool = ZygotePool()
+    try:
+        (tmp_path / "test_sleeps.py").write_text(
+            "import time\n\ndef test_sleeps():\n    time.sleep(60)\n")
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        with pytest.raises(subprocess.TimeoutExpired):
+            pool.run_command(argv, cwd=tmp_path, env=dict(os.environ), timeout=3)
+        (tmp_path / "test_sleeps.py").write_text("def test_quick():\n    pass\n")
+        done = pool.run_command(argv, cwd=tmp_path, env=dict(os.environ), timeout=60)
+        assert done.returncode == 0 and "1 passed" in done.stdout
+        assert len(pool.all) == 1  # the same zygote served both
+    finally:
+        pool.close()
+    assert all(z.process.returncode is not None for z in pool.all)

@@ -1,0 +1,230 @@
+"""Pytest sessions forked from a process that imported torch once, for this suite's own tests.
+
+A pytest session under test is a process of its own with its own files for output, its own
+environment, working directory and exit status, as `python -m pytest` in a subprocess would
+be; only its start differs. Started as a new interpreter, every session imported torch again
+(about a second each, several hundred sessions: most of the suite's time, docs/architecture.md
+"The test suite's time"). A zygote imports torch (nothing of pytest's plugins, which pytest
+must import itself to rewrite their asserts) and then forks one child per session: the child
+takes the session's environment, directory, arguments and output files and runs pytest's own
+entry point. What a session starts (the plugin's forkserver, its ranks, torchrun) is started
+as before, with the session's environment.
+
+Set DISTBENCH_TEST_SUBPROCESS=1 to run every session as a plain subprocess instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from leaks import TAG_VARIABLE
+
+PLAIN_SUBPROCESS_VARIABLE = "DISTBENCH_TEST_SUBPROCESS"
+
+
+@dataclass
+class Exited:
+    returncode: int
+    timed_out: bool
+
+
+class Zygote:
+    """One forking process: one session at a time."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        # Not the leak check's tag of the test that happens to start it: the zygote outlives it.
+        env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", TAG_VARIABLE)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})"
+             "; import zygote; zygote.serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: Path,
+            stderr: Path, timeout: float | None) -> Exited:
+        """Run `python -m pytest` with `argv` (without the interpreter and -m pytest)."""
+        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout),
+                   "stderr": str(stderr), **_inherited()}
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+        pid = json.loads(self._reply(None))["pid"]
+        try:
+            line = self._reply(timeout)
+            timed_out = False
+        except TimeoutError:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            line = self._reply(None)
+            timed_out = True
+        return Exited(json.loads(line)["returncode"], timed_out)
+
+    def _reply(self, timeout: float | None) -> bytes:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the test zygote exited ({self.process.wait()})")
+        return line
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+class ZygotePool:
+    """Zygotes for sessions run side by side (the documented commands run several at once)."""
+
+    def __init__(self) -> None:
+        # Zygotes start with the environment of this moment, not that of the test that needs
+        # one first (each session gets its own; only what torch reads at import stays).
+        self.env = dict(os.environ)
+        self.idle: list[Zygote] = []
+        self.all: list[Zygote] = []
+        self.lock = threading.Lock()
+
+    def run(self, argv: list[str], **kw) -> Exited:
+        with self.lock:
+            while self.idle and not self.idle[-1].alive():
+                self.idle.pop()
+            zygote = self.idle.pop() if self.idle else None
+            if zygote is None:
+                zygote = Zygote(self.env)
+                self.all.append(zygote)
+        try:
+            return zygote.run(argv, **kw)
+        finally:
+            with self.lock:
+                self.idle.append(zygote)
+
+    def run_command(self, argv: list[str], *, cwd: Path, env: dict[str, str],
+                    timeout: float) -> subprocess.CompletedProcess:
+        """subprocess.run(argv, capture_output=True, text=True, ...), a `python -m pytest` of
+        this interpreter forked from a zygote; TimeoutExpired as subprocess.run raises it."""
+        if plain_subprocess() or argv[:3] != [sys.executable, "-m", "pytest"]:
+            return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="distbench-test-session-") as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            exited = self.run(argv[3:], cwd=cwd, env=env, stdout=out, stderr=err,
+                              timeout=timeout)
+            stdout = out.read_text(encoding="utf-8", errors="replace")
+            stderr = err.read_text(encoding="utf-8", errors="replace")
+        if exited.timed_out:
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(argv, exited.returncode, stdout, stderr)
+
+    def close(self) -> None:
+        for zygote in self.all:
+            zygote.close()
+
+
+def _inherited() -> dict:
+    """What a subprocess inherits from the test besides its environment (tests narrow the
+    CPUs or the file limit for the sessions they start)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return {"affinity": sorted(os.sched_getaffinity(0)), "umask": umask,
+            "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE))}
+
+
+def plain_subprocess() -> bool:
+    return os.environ.get(PLAIN_SUBPROCESS_VARIABLE, "") not in ("", "0")
+
+
+# The zygote's side.
+
+def serve() -> None:
+    """Read one request a line; fork a session for it; reply its pid, then its exit status."""
+    import pytest  # noqa: F401  (imported before any fork: each session would import it)
+    import torch  # noqa: F401
+
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    base_path = sys.path[1:]  # without the folder this module was found in
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            replies.close()
+            _session(request, base_path)  # never returns
+        replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+        replies.flush()
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode()
+                      + b"\n")
+        replies.flush()
+
+
+def _session(request: dict, base_path: list[str]) -> None:
+    code = 1
+    try:
+        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        os.chdir(request["cwd"])
+        os.sched_setaffinity(0, request["affinity"])
+        os.umask(request["umask"])
+        resource.setrlimit(resource.RLIMIT_NOFILE, tuple(request["nofile"]))
+        env = request["env"]
+        os.environ.clear()
+        os.environ.update(env)  # what the session starts inherits it, as from a subprocess
+        # `python -m pytest` puts its directory first, then PYTHONPATH.
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [request["cwd"], *extra, *base_path]
+        import importlib
+
+        importlib.invalidate_caches()
+        import pytest.__main__
+
+        # multiprocessing re-imports __main__ in what it spawns unless it is a package's
+        # __main__, as under `python -m pytest`.
+        sys.modules["__main__"] = pytest.__main__
+        sys.argv = [pytest.__main__.__file__, *request["argv"]]
+        import pytest
+
+        code = int(pytest.console_main())
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
