@@ -69,6 +69,37 @@ def test_exact_null_distribution_matches_scipy(ratios):
     assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=-1, max_value=1), min_size=1, max_size=70, unique=True))
+def test_signed_rank_p_values_without_ties_are_scipys_exact_or_normal_ones(ratios):
+    assume(all(r != 0 for r in ratios))
+    assume(len({abs(r) for r in ratios}) == len(ratios))
+    method = "exact" if len(ratios) <= paired.EXACT_SIGNED_RANK_UP_TO else "approx"
+    slower, faster = paired.signed_rank_p_values(ratios)
+    assert slower == pytest.approx(
+        wilcoxon(ratios, alternative="greater", method=method).pvalue, rel=1e-9, abs=1e-12)
+    assert faster == pytest.approx(
+        wilcoxon(ratios, alternative="less", method=method).pvalue, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([-0.3, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3]), min_size=1,
+                max_size=40))
+def test_signed_rank_p_values_with_ties_and_zeros_are_scipys_normal_ones(ratios):
+    # Zeros dropped, ties at their average rank, the tie-corrected normal approximation.
+    nonzero = [r for r in ratios if r != 0]
+    slower, faster = paired.signed_rank_p_values(ratios)
+    if not nonzero:
+        assert (slower, faster) == (1.0, 1.0)
+        return
+    assume(len({abs(r) for r in nonzero}) < len(nonzero))  # a tie: scipy's approx applies
+    for p, alternative in ((slower, "greater"), (faster, "less")):
+        theirs = wilcoxon(ratios, alternative=alternative, method="approx",
+                          zero_method="wilcox").pvalue
+        if math.isfinite(theirs):
+            assert p == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=8, max_value=40), st.floats(min_value=1.2, max_value=3))
 def test_a_consistent_slowdown_beyond_the_threshold_is_a_regression(rounds, factor):
