@@ -243,9 +243,9 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
 def _budget(argv: list[str]) -> list[str]:
     extra = ["-p", "no:cacheprovider"]
     if any(a.startswith("--distbench-duration=") for a in argv):
-        extra += ["--distbench-duration=0.5s", "--distbench-warmup=1", "--distbench-timeout=120s"]
+        extra += ["--distbench-duration=0.2s", "--distbench-warmup=1", "--distbench-timeout=120s"]
         if any(a.startswith("--distbench-report-every=") for a in argv):
-            extra.append("--distbench-report-every=0.25s")
+            extra.append("--distbench-report-every=0.1s")
         return extra
     extra += BUDGET
     if any(a.startswith("--distbench-rounds=") for a in argv) or any(
