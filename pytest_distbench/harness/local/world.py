@@ -21,7 +21,7 @@ from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 from .loopback import rank_listen_env
 
 PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
-            "pytest_distbench.harness.measure"]
+           "pytest_distbench.harness.measure", "pytest_distbench.harness.local.forkserver_exit"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
 STACK_DUMP_WAIT_S = 5.0
