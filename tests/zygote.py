@@ -47,7 +47,9 @@ class Zygote:
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})"
              "; import zygote; zygote.serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/")
+            # Unbuffered: a buffered reader could hold the exit status read ahead with the
+            # pid, and select() on the pipe would then wait for a line already read.
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/", bufsize=0)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -58,8 +60,9 @@ class Zygote:
         request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout),
                    "stderr": str(stderr), **_inherited()}
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
+        data = memoryview(json.dumps(request).encode() + b"\n")
+        while data:
+            data = data[self.process.stdin.write(data):]
         pid = json.loads(self._reply(None))["pid"]
         try:
             line = self._reply(timeout)
