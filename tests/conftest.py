@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _pytest.pathlib import make_numbered_dir
 from leaks import TAG_VARIABLE, processes_with_tag
-from zygote import ZygotePool, plain_subprocess
+from zygote import ZygotePool, close_shared_pool, plain_subprocess, shared_pool
 
 try:
     # pytester restores sys.modules after each test, dropping modules first imported during
@@ -51,12 +51,12 @@ def child_sessions_without_hypothesis():
         os.environ["PYTEST_ADDOPTS"] = saved
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def zygotes():
-    """Forks pytest sessions from an interpreter that imported torch once (tests/zygote.py)."""
-    pool = ZygotePool()
-    yield pool
-    pool.close()
+    """Forks pytest sessions from an interpreter that imported torch once (tests/zygote.py);
+    made at the session's start, so zygotes take its environment, not a test's."""
+    yield shared_pool()
+    close_shared_pool()
 
 
 @pytest.fixture

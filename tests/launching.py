@@ -8,8 +8,11 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from zygote import plain_subprocess, shared_pool
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -70,9 +73,26 @@ def rank_env(kind: str, rank: int, world_size: int, port: int) -> dict[str, str]
 
 def launch(cwd: Path, kind: str, world_size: int, args: list[str],
            timeout: float = 240) -> list[Finished]:
+    """One pytest per rank, as srun or mpirun would start them (forked from the suite's
+    zygotes, tests/zygote.py, unless plain subprocesses are asked for)."""
     port = free_port()
-    return run_all([(PYTEST + args, rank_env(kind, r, world_size, port))
-                    for r in range(world_size)], cwd, timeout)
+    commands = [(PYTEST + args, rank_env(kind, r, world_size, port)) for r in range(world_size)]
+    if plain_subprocess():
+        return run_all(commands, cwd, timeout)
+    began = time.monotonic()
+
+    def run(argv: list[str], env: dict[str, str]) -> Finished:
+        try:
+            done = shared_pool().run_command(argv, cwd=cwd, env={**os.environ, **env},
+                                             timeout=timeout, merge=True)
+            output, code = done.stdout, done.returncode
+        except subprocess.TimeoutExpired as exc:
+            output = f"{exc.stdout or ''}\n<<killed by the test: timeout>>"
+            code = -9
+        return Finished(code, output, time.monotonic() - began)
+
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda command: run(*command), commands))
 
 
 def read_results(path: Path) -> dict:

@@ -55,10 +55,11 @@ class Zygote:
         return self.process.poll() is None
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: Path,
-            stderr: Path, timeout: float | None) -> Exited:
-        """Run `python -m pytest` with `argv` (without the interpreter and -m pytest)."""
+            stderr: Path | None, timeout: float | None) -> Exited:
+        """Run `python -m pytest` with `argv` (without the interpreter and -m pytest); a
+        stderr of None goes where stdout goes."""
         request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout),
-                   "stderr": str(stderr), **_inherited()}
+                   "stderr": None if stderr is None else str(stderr), **_inherited()}
         assert self.process.stdin is not None and self.process.stdout is not None
         data = memoryview(json.dumps(request).encode() + b"\n")
         while data:
@@ -124,18 +125,21 @@ class ZygotePool:
                 self.idle.append(zygote)
 
     def run_command(self, argv: list[str], *, cwd: Path, env: dict[str, str],
-                    timeout: float) -> subprocess.CompletedProcess:
-        """subprocess.run(argv, capture_output=True, text=True, ...), a `python -m pytest` of
-        this interpreter forked from a zygote; TimeoutExpired as subprocess.run raises it."""
+                    timeout: float, merge: bool = False) -> subprocess.CompletedProcess:
+        """subprocess.run(argv, capture_output=True, text=True, ...) (stderr into stdout with
+        `merge`), a `python -m pytest` of this interpreter forked from a zygote;
+        TimeoutExpired as subprocess.run raises it."""
         if plain_subprocess() or argv[:3] != [sys.executable, "-m", "pytest"]:
-            return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            return subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                                  text=True, timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="distbench-test-session-") as folder:
-            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            out = Path(folder) / "stdout"
+            err = None if merge else Path(folder) / "stderr"
             exited = self.run(argv[3:], cwd=cwd, env=env, stdout=out, stderr=err,
                               timeout=timeout)
             stdout = out.read_text(encoding="utf-8", errors="replace")
-            stderr = err.read_text(encoding="utf-8", errors="replace")
+            stderr = None if err is None else err.read_text(encoding="utf-8", errors="replace")
         if exited.timed_out:
             raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
         return subprocess.CompletedProcess(argv, exited.returncode, stdout, stderr)
@@ -143,6 +147,24 @@ class ZygotePool:
     def close(self) -> None:
         for zygote in self.all:
             zygote.close()
+
+
+_shared: ZygotePool | None = None
+
+
+def shared_pool() -> ZygotePool:
+    """The session's pool (tests/conftest.py closes it at the end of the session)."""
+    global _shared
+    if _shared is None:
+        _shared = ZygotePool()
+    return _shared
+
+
+def close_shared_pool() -> None:
+    global _shared
+    if _shared is not None:
+        _shared.close()
+        _shared = None
 
 
 def _inherited() -> dict:
@@ -191,11 +213,12 @@ def _session(request: dict, base_path: list[str]) -> None:
     code = 1
     try:
         out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = out if request["stderr"] is None else os.open(
+            request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, 1)
         os.dup2(err, 2)
-        os.close(out)
-        os.close(err)
+        for fd in {out, err}:
+            os.close(fd)
         os.chdir(request["cwd"])
         os.sched_setaffinity(0, request["affinity"])
         os.umask(request["umask"])
