@@ -51,3 +51,15 @@ def test_a_session_past_its_timeout_is_killed_and_the_next_one_runs(tmp_path, mo
     finally:
         pool.close()
     assert all(z.process.returncode is not None for z in pool.all)
+
+
+def test_a_session_runs_its_exit_handlers(pytester, tmp_path):
+    marker = tmp_path / "exit-handler-ran"
+    pytester.makeconftest(f"""
+        import atexit, pathlib
+        atexit.register(pathlib.Path({str(marker)!r}).touch)
+    """)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == 0
+    assert marker.exists()

@@ -7,8 +7,9 @@ be; only its start differs. Started as a new interpreter, every session imported
 "The test suite's time"). A zygote imports torch (nothing of pytest's plugins, which pytest
 must import itself to rewrite their asserts) and then forks one child per session: the child
 takes the session's environment, directory, arguments and output files and runs pytest's own
-entry point. What a session starts (the plugin's forkserver, its ranks, torchrun) is started
-as before, with the session's environment.
+entry point, then its atexit handlers, then os._exit instead of the interpreter's teardown.
+What a session starts (the plugin's forkserver, its ranks, torchrun) is started as before,
+with the session's environment.
 
 Set DISTBENCH_TEST_SUBPROCESS=1 to run every session as a plain subprocess instead.
 """
@@ -248,6 +249,14 @@ def _session(request: dict, base_path: list[str]) -> None:
 
         traceback.print_exc()
     finally:
+        # What the session registered to run at exit runs, as in `python -m pytest` (the
+        # A/B mode's package shim is removed so); only the interpreter's teardown is skipped.
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
