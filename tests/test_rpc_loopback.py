@@ -23,7 +23,7 @@ set -e
 ip link set lo up
 ip addr add {EXTRA_ADDRESS}/32 dev lo
 hostname distbench-exposed
-hosts=$(mktemp)
+hosts="$PWD/namespace-hosts"  # in the test's own directory: nothing left in /tmp
 printf '127.0.0.1 localhost\\n{EXTRA_ADDRESS} distbench-exposed\\n' > "$hosts"
 mount --bind "$hosts" /etc/hosts
 exec "$@"
