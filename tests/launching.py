@@ -37,8 +37,8 @@ def run_all(commands: list[tuple[list[str], dict[str, str]]], cwd: Path,
     """Start every command at once; wait for all (killing what outlives `timeout`)."""
     began = time.monotonic()
     processes = [
-        subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(argv, cwd=cwd, env={**os.environ, **torchrun_tmpdir(argv, cwd), **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for argv, env in commands
     ]
     finished = []
@@ -52,6 +52,16 @@ def run_all(commands: list[tuple[list[str], dict[str, str]]], cwd: Path,
             output += "\n<<killed by the test: timeout>>"
         finished.append(Finished(process.returncode, output, time.monotonic() - began))
     return finished
+
+
+def torchrun_tmpdir(argv: list[str], cwd: Path) -> dict[str, str]:
+    """For a torchrun command, a TMPDIR inside the test's directory: torchrun makes a
+    torchelastic_* log folder in the temporary directory and never removes it."""
+    if argv[:len(TORCHRUN)] != TORCHRUN and argv[:1] != ["torchrun"]:
+        return {}
+    folder = Path(cwd) / "torchrun-tmp"
+    folder.mkdir(exist_ok=True)
+    return {"TMPDIR": str(folder)}
 
 
 def rank_env(kind: str, rank: int, world_size: int, port: int) -> dict[str, str]:

@@ -34,6 +34,7 @@ from doc_commands import (
     why_extended,
     why_slow,
 )
+from launching import torchrun_tmpdir
 from leaks import TAG_VARIABLE, processes_with_tag
 from zygote import ZygotePool
 
@@ -147,9 +148,9 @@ class Runner:
         if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
             (repo / "baselines" / "main.json").unlink()
         argv = runnable(command, sys.executable, _env(repo, command.env))
+        env = {**_env(repo, command.env), **torchrun_tmpdir(argv, checkout)}
         try:
-            done = self.zygotes.run_command(argv, cwd=repo, env=_env(repo, command.env),
-                                            timeout=TIMEOUT_S)
+            done = self.zygotes.run_command(argv, cwd=repo, env=env, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             return Ran(argv, repo, -1, str(exc.stdout or ""), f"timed out after {TIMEOUT_S} s")
         if command.stdout_to:  # the shell's `> FILE` / `>> FILE`

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import time
 
 import pytest
+from launching import torchrun_tmpdir
 
 LINE = re.compile(
     r"^Time: (?P<t>[\d.]+)s Msgs: (?P<n>\d+) Rate: (?P<rate>[\d.]+)msg/s \((?P<us>[\d.]+|-)us\) "
@@ -41,7 +43,7 @@ def run_noting_live_lines(argv: list[str], cwd, timeout: float
     """Run a session, reading its output as it is written: (exit code, output, the moment
     each live line arrived, the moment the session ended), all on time.monotonic()."""
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+                               text=True, env={**os.environ, **torchrun_tmpdir(argv, cwd)})
     arrivals, output = [], []
     try:
         assert process.stdout is not None
