@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from scipy.stats import wilcoxon
+from scipy.stats import rankdata, wilcoxon
 
 from pytest_distbench.results.statistics import paired
 
@@ -82,17 +84,45 @@ def test_signed_rank_p_values_without_ties_are_scipys_exact_or_normal_ones(ratio
         wilcoxon(ratios, alternative="less", method=method).pvalue, rel=1e-9, abs=1e-12)
 
 
+TIED = st.sampled_from([-0.3, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3])
+
+
+def _enumerated_p_values(nonzero: list[float]) -> tuple[float, float]:
+    """P(T+ >= t), P(T+ <= t) over all 2**n sign flips of scipy's average ranks of |r|."""
+    ranks = rankdata(np.abs(nonzero))
+    t_plus = ranks[np.asarray(nonzero) > 0].sum()
+    flips = np.array(list(itertools.product((0, 1), repeat=len(nonzero))))
+    sums = flips @ ranks
+    return float(np.mean(sums >= t_plus - 1e-9)), float(np.mean(sums <= t_plus + 1e-9))
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from([-0.3, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3]), min_size=1,
-                max_size=40))
-def test_signed_rank_p_values_with_ties_and_zeros_are_scipys_normal_ones(ratios):
-    # Zeros dropped, ties at their average rank, the tie-corrected normal approximation.
+@given(st.lists(TIED, min_size=1, max_size=13))
+def test_signed_rank_p_values_with_ties_and_zeros_count_every_sign_flip(ratios):
+    # Zeros dropped, ties at their average rank, every sign flip counted (what scipy's
+    # wilcoxon enumerates for ties up to 13 rounds; enumerated here directly, which is faster).
     nonzero = [r for r in ratios if r != 0]
     slower, faster = paired.signed_rank_p_values(ratios)
     if not nonzero:
         assert (slower, faster) == (1.0, 1.0)
         return
-    assume(len({abs(r) for r in nonzero}) < len(nonzero))  # a tie: scipy's approx applies
+    assume(len({abs(r) for r in nonzero}) < len(nonzero))
+    assert (slower, faster) == pytest.approx(_enumerated_p_values(nonzero), rel=1e-12)
+
+
+def test_signed_rank_p_values_with_ties_are_scipys():
+    ratios = [0.1, 0.1, 0.2, 0.2, 0.3, -0.1, 0.05, 0.05, 0.0]
+    slower, faster = paired.signed_rank_p_values(ratios)
+    assert slower == pytest.approx(wilcoxon(ratios, alternative="greater").pvalue, rel=1e-9)
+    assert faster == pytest.approx(wilcoxon(ratios, alternative="less").pvalue, rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(TIED, min_size=paired.EXACT_SIGNED_RANK_UP_TO + 1, max_size=90))
+def test_signed_rank_p_values_of_many_tied_rounds_are_scipys_normal_ones(ratios):
+    # Above the exact counts: the tie-corrected normal approximation.
+    assume(sum(r != 0 for r in ratios) > paired.EXACT_SIGNED_RANK_UP_TO)
+    slower, faster = paired.signed_rank_p_values(ratios)
     for p, alternative in ((slower, "greater"), (faster, "less")):
         theirs = wilcoxon(ratios, alternative=alternative, method="approx",
                           zero_method="wilcox").pvalue

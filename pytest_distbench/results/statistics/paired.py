@@ -5,10 +5,10 @@ during that round (a slow spell, a noisy neighbour) hits both sides alike. The r
 log ratio log(candidate p50 / baseline p50) cancels it; the verdict works on those R numbers:
 
 - a one-sided Wilcoxon signed-rank test that the ratios lean towards "slower" (zero ratios
-  dropped, tied ones given their average rank; the exact null distribution without ties up to
-  EXACT_SIGNED_RANK_UP_TO rounds, the normal approximation with the tie correction otherwise,
-  both as scipy.stats.wilcoxon computes them: without scipy's import of about 2 s, and without
-  the permutation test scipy runs for ties, which took up to 0.7 s a verdict);
+  dropped, tied ones given their average rank; the exact null distribution of those ranks up
+  to EXACT_SIGNED_RANK_UP_TO rounds, the normal approximation with the tie correction above:
+  the p-values scipy.stats.wilcoxon gives, without its import of about 2 s or the enumeration
+  of sign flips it runs for ties, which took up to 0.7 s a verdict);
 - the Hodges-Lehmann estimate of the ratio (median of the Walsh averages of the log ratios)
   with its distribution-free confidence interval (order statistics of the Walsh averages at the
   signed-rank critical value), the classic companion of the signed-rank test;
@@ -109,20 +109,34 @@ def paired_detectable(ratios: Sequence[float], alpha: float = DEFAULT_ALPHA,
 
 
 @lru_cache(maxsize=128)
+def _sign_flip_counts(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """How many of the 2**len(weights) sign assignments give each sum 0..sum(weights) of the
+    positive weights: the signed-rank null distribution for these (integer) ranks."""
+    counts = [0] * (sum(weights) + 1)
+    counts[0] = 1
+    reached = 0
+    for w in weights:
+        reached += w
+        for t in range(reached, w - 1, -1):
+            counts[t] += counts[t - w]
+    return tuple(counts)
+
+
+@lru_cache(maxsize=128)
 def _signed_rank_cdf(n: int) -> tuple[float, ...]:
     """P(T+ <= t) for t = 0..n(n+1)/2 under the null (no ties): counts of subsets of 1..n."""
-    total = n * (n + 1) // 2
-    counts = [0] * (total + 1)
-    counts[0] = 1
-    for k in range(1, n + 1):
-        for t in range(total, k - 1, -1):
-            counts[t] += counts[t - k]
     scale = 2.0**n
     cdf, running = [], 0
-    for c in counts:
+    for c in _sign_flip_counts(tuple(range(1, n + 1))):
         running += c
         cdf.append(running / scale)
     return tuple(cdf)
+
+
+def _normal_null(n: int, tie_sizes: Sequence[int] = ()) -> tuple[float, float]:
+    """Mean and standard deviation of T+ under the null, less the variance ties take away."""
+    variance = n * (n + 1) * (2 * n + 1) / 24 - sum(k**3 - k for k in tie_sizes) / 48
+    return n * (n + 1) / 4, math.sqrt(max(variance, 0.0))
 
 
 def hodges_lehmann_interval(
@@ -145,8 +159,7 @@ def hodges_lehmann_interval(
     estimate = median(walsh)
     tail = (1 - confidence) / 2
     if n > EXACT_SIGNED_RANK_UP_TO:
-        m = n * (n + 1) / 4
-        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+        m, sd = _normal_null(n)
         k = max(0, math.floor(m - NormalDist().inv_cdf(1 - tail) * sd))
     else:
         cdf = _signed_rank_cdf(n)
@@ -166,16 +179,16 @@ def signed_rank_p_values(ratios: Sequence[float]) -> tuple[float, float]:
         return 1.0, 1.0
     ranks, tie_sizes = _average_ranks([abs(r) for r in nonzero])
     t_plus = sum(rank for rank, r in zip(ranks, nonzero, strict=True) if r > 0)
-    if not tie_sizes and n <= EXACT_SIGNED_RANK_UP_TO:
-        cdf = _signed_rank_cdf(n)
-        t = round(t_plus)
-        # The null distribution is symmetric about n(n+1)/4: P(T+ >= t) = P(T+ <= total - t).
-        return cdf[len(cdf) - 1 - t], cdf[t]
-    mean = n * (n + 1) / 4
-    variance = n * (n + 1) * (2 * n + 1) / 24 - sum(k**3 - k for k in tie_sizes) / 48
-    if variance <= 0:
+    if n <= EXACT_SIGNED_RANK_UP_TO:
+        # Exact, ties or not: twice an average rank is an integer, so the sign flips of the
+        # doubled ranks count the null distribution (scipy enumerates the same flips).
+        counts = _sign_flip_counts(tuple(sorted(round(2 * rank) for rank in ranks)))
+        t2, scale = round(2 * t_plus), 2.0**n
+        return sum(counts[t2:]) / scale, sum(counts[:t2 + 1]) / scale
+    mean, sd = _normal_null(n, tie_sizes)
+    if sd == 0:
         return 1.0, 1.0
-    z = (t_plus - mean) / math.sqrt(variance)
+    z = (t_plus - mean) / sd
     normal = NormalDist()
     return 1 - normal.cdf(z), normal.cdf(z)
 
