@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from zygote import plain_subprocess, shared_pool
+from zygote import shared_pool
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -34,24 +35,31 @@ def free_port() -> int:
 
 def run_all(commands: list[tuple[list[str], dict[str, str]]], cwd: Path,
             timeout: float) -> list[Finished]:
-    """Start every command at once; wait for all (killing what outlives `timeout`)."""
+    """Start every command at once; wait for all, killing what outlives `timeout`. A pytest
+    of this interpreter is forked from the suite's zygotes (tests/zygote.py), the rest
+    (torchrun) run as subprocesses."""
     began = time.monotonic()
-    processes = [
-        subprocess.Popen(argv, cwd=cwd, env={**os.environ, **torchrun_tmpdir(argv, cwd), **env},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for argv, env in commands
-    ]
-    finished = []
-    for process in processes:
+
+    def run(argv: list[str], env: dict[str, str]) -> Finished:
         try:
-            output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - began)))
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            output, _ = process.communicate()
-            output += "\n<<killed by the test: timeout>>"
-        finished.append(Finished(process.returncode, output, time.monotonic() - began))
-    return finished
+            done = shared_pool().run_command(
+                argv, cwd=cwd, env={**os.environ, **torchrun_tmpdir(argv, cwd), **env},
+                timeout=timeout, merge=True)
+            output, code = done.stdout, done.returncode
+        except subprocess.TimeoutExpired as exc:
+            output = f"{_text(exc.stdout)}\n<<killed by the test: timeout>>"
+            code = -signal.SIGKILL
+        return Finished(code, output, time.monotonic() - began)
+
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda command: run(*command), commands))
+
+
+def _text(output: str | bytes | None) -> str:
+    # subprocess.run's TimeoutExpired carries bytes even where text was asked for.
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def torchrun_tmpdir(argv: list[str], cwd: Path) -> dict[str, str]:
@@ -83,26 +91,10 @@ def rank_env(kind: str, rank: int, world_size: int, port: int) -> dict[str, str]
 
 def launch(cwd: Path, kind: str, world_size: int, args: list[str],
            timeout: float = 240) -> list[Finished]:
-    """One pytest per rank, as srun or mpirun would start them (forked from the suite's
-    zygotes, tests/zygote.py, unless plain subprocesses are asked for)."""
+    """One pytest per rank, as srun or mpirun would start them."""
     port = free_port()
-    commands = [(PYTEST + args, rank_env(kind, r, world_size, port)) for r in range(world_size)]
-    if plain_subprocess():
-        return run_all(commands, cwd, timeout)
-    began = time.monotonic()
-
-    def run(argv: list[str], env: dict[str, str]) -> Finished:
-        try:
-            done = shared_pool().run_command(argv, cwd=cwd, env={**os.environ, **env},
-                                             timeout=timeout, merge=True)
-            output, code = done.stdout, done.returncode
-        except subprocess.TimeoutExpired as exc:
-            output = f"{exc.stdout or ''}\n<<killed by the test: timeout>>"
-            code = -9
-        return Finished(code, output, time.monotonic() - began)
-
-    with ThreadPoolExecutor(len(commands)) as pool:
-        return list(pool.map(lambda command: run(*command), commands))
+    return run_all([(PYTEST + args, rank_env(kind, r, world_size, port))
+                    for r in range(world_size)], cwd, timeout)
 
 
 def read_results(path: Path) -> dict:
