@@ -274,7 +274,23 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
             f"ranks {result.stopped} were still running after that and were stopped; "
             "the world will be rebuilt"
         )
-    return "\n\n".join(parts)
+    text = "\n\n".join(parts)
+    if failed and not result.died:
+        # pytest's short test summary shows a failure's first line only: make it the first
+        # failing rank's error, as it shows an ordinary test's, not "rank 0 raised:".
+        first = failed[0][1]
+        text = f"rank {first}: {error_line(result.outcomes[first].message)}\n{text}"
+    return text
+
+
+def error_line(message: str) -> str:
+    """The error of a rank's report: its first line that is not a traceback's header or one
+    of its indented frame lines (`AssertionError: replicas diverged`)."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if not line[0].isspace() and not line.startswith("Traceback (most recent call last)"):
+            return line
+    return lines[0].strip() if lines else "failed"
 
 
 def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]]) -> None:

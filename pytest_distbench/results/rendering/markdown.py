@@ -31,11 +31,10 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
                   f"{_cell(device)}" + (f" · {note}" if note else "")
                   + (f" · {timing}" if timing else "")
                   + (f" · {_cell(said)}" if said else ""), ""]
-        style = registry.table_style(family)
-        if style is None:
-            lines += _table_and_notes(table.render_group(rows, "github", memory=memory))
+        if registry.table_style(family) is None:
+            lines += _table_and_notes(table.family_text(family, rows, "github", memory=memory))
         else:
-            lines += ["```text", style(rows), "```"]
+            lines += ["```text", table.family_text(family, rows), "```"]
         lines.append("")
     if comparison is not None:
         from .report import render as render_comparison
