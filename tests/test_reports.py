@@ -393,3 +393,96 @@ def test_every_plot_footer_cites_only_files_of_the_repository():
     for spec in plot_spec.specs():
         for cited in re.findall(r"[\w./-]+\.md", spec.note):
             assert (root / cited).is_file(), f"{spec.name} cites {cited}"
+
+
+def _named(name: str, **kwargs) -> dict:
+    """A user's own measurement: `name` as distbench.measure(..., name=...) gives it."""
+    made = plot_data.record(**kwargs)
+    made["name"] = f"test_mine[gloo-ws2]::{name}"
+    made["id"] = f"suite.py::{made['name']}"
+    return made
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=20)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 50), _TEXT, st.booleans()), min_size=1,
+                max_size=6))
+def test_any_byte_count_and_name_reach_the_tables_and_a_row_that_fails_loses_only_itself(rows):
+    records = []
+    for i, (nbytes, name, damaged) in enumerate(rows):
+        made = _named(name, family="all_reduce", nbytes=nbytes, seconds=1e-4, n=8, seed=i,
+                      busbw_factor=1.0)
+        if damaged:  # a record from a file written by hand: the renderer raises on it
+            del made["summary"]["mean"]
+        records.append(made)
+    text = table.render_tables(records)
+    md = markdown.render(records)
+    for made, (nbytes, _, damaged) in zip(records, rows, strict=True):
+        if damaged:
+            assert f"{made['name']}: not shown, the table could not render it (KeyError" in text
+            assert f"{made['name']}: not shown" in md
+            continue
+        p50 = ci.with_pct(table.units.format_duration_us(made["summary"]["p50"]),
+                          ci.p50_pct(made), made)
+        line = [ln for ln in text.splitlines() if f" {p50} " in ln]
+        assert line and f" {table.units.format_size_exact(nbytes)} " in f" {line[0]}", text
+        assert f" {table.units.format_size_exact(nbytes)} |" in md
+
+
+def test_a_users_named_measurements_are_told_apart_in_the_rows_and_the_verbose_line():
+    ring = _named("ring_all_reduce", family="all_reduce", nbytes=4096, seconds=3e-4,
+                  busbw_factor=1.0)
+    builtin = _named("builtin_all_reduce", family="all_reduce", nbytes=4096, seconds=4e-4,
+                     busbw_factor=1.0, seed=1)
+    other = plot_data.record("all_reduce", nbytes=8192, seconds=5e-4, busbw_factor=1.0)
+    text = table.render_tables([ring, builtin, other])
+    for made, name in ((ring, "ring_all_reduce"), (builtin, "builtin_all_reduce")):
+        p50 = table.units.format_duration_us(made["summary"]["p50"])
+        (line,) = [ln for ln in text.splitlines() if ln.startswith(f"test_mine::{name} ")]
+        assert f" {p50} ± " in line
+    assert text.splitlines()[1].startswith("name ")
+    # Rows a size tells apart need no name column.
+    assert "name" not in table.render_tables([ring, other]).splitlines()[1]
+    # A test's own parameter that differs between rows that share a size says which is which.
+    fast, slow = (plot_data.record("my_step", nbytes=4096, seconds=s, params={"lr": lr})
+                  for s, lr in ((1e-4, 0.1), (2e-4, 1.0)))
+    lines = table.render_tables([fast, slow]).splitlines()
+    assert lines[3].startswith("test_my_step lr=0.1 ") and lines[4].startswith(
+        "test_my_step lr=1.0 ")
+    verbose = plot_spec.headline([ring, builtin])
+    assert re.fullmatch(r"ring_all_reduce: p50 .*; builtin_all_reduce: p50 .*", verbose)
+    assert not plot_spec.headline([ring]).startswith("ring_all_reduce")  # one: no name needed
+
+
+@given(st.integers(1, 1 << 34), st.floats(1e-6, 1.0))
+def test_a_verbose_line_prints_bandwidth_as_the_tables_do(nbytes, seconds):
+    from pytest_distbench.families.collectives.family import BUSBW
+
+    made = plot_data.record("all_reduce", nbytes=nbytes, seconds=seconds, n=8,
+                            busbw_factor=1.0)
+    assert f"busbw {table.bandwidth_cell(BUSBW.at(made))} ± " in plot_spec.headline([made])
+
+
+def test_a_requested_size_other_than_the_measured_one_is_noted_with_the_definition():
+    made = plot_data.record("all_gather", nbytes=8, seconds=1e-4, busbw_factor=0.5)
+    made["requested_nbytes"] = [4]
+    text = table.render_tables([made])
+    assert "# requested size 4 B moves 8 B at 2 ranks: the row shows what was measured" in text
+    assert f"# {table.SIZE_DEFINITION}" in text
+    made["requested_nbytes"] = [8]  # what was asked is what is shown: nothing to say
+    assert "requested" not in table.render_tables([made])
+
+
+def test_the_rpc_throughput_note_explains_the_rows_of_its_own_table():
+    def throughput(credits: int, ran: int) -> dict:
+        return plot_data.record("rpc_throughput", nbytes=64 << 20, seconds=0.1,
+                                params={"credits": credits},
+                                figures={"credits": ran, "credits_requested": credits,
+                                         "messages_per_iteration": ran})
+
+    text = table.render_tables([throughput(10, 4)])
+    assert re.search(r"64 MiB +4 \(of 10\) ", text), text
+    assert "'4 (of 10)': 10 requested, 4 ran in flight" in text and "256)" not in text
+    assert "(of" not in table.render_tables([throughput(2, 2)]).split("\n# ", 1)[1]

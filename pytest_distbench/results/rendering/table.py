@@ -168,7 +168,7 @@ def _mib_cell(record: dict[str, Any], key: str) -> str:
 def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
-    with_bytes = [r for r in rows if r["nbytes"] is not None]
+    with_bytes = [r for r in rows if r.get("busbw_gbps") is not None]
     table = []
     for r in rows:
         s = r["summary"]
