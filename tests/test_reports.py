@@ -431,6 +431,19 @@ def test_any_byte_count_and_name_reach_the_tables_and_a_row_that_fails_loses_onl
         assert f" {table.units.format_size_exact(nbytes)} |" in md
 
 
+def test_a_title_that_fails_to_render_keeps_its_rows_and_the_other_tables():
+    odd, even = (plot_data.record("all_reduce", nbytes=n, seconds=1e-4, busbw_factor=1.0)
+                 for n in (3000, 4096))
+    for made, batch in ((odd, "x"), (even, 4)):  # a file edited by hand: a text batch size
+        made.update(timing="cuda-batch", batch_iterations=batch)
+    other = plot_data.record("all_gather", nbytes=18720, seconds=1e-4, busbw_factor=0.5)
+    lines = table.render_tables([odd, even, other]).splitlines()
+    assert lines[0].startswith("# all_reduce  backend=gloo  ranks=2: not shown, the table could "
+                               "not render it (TypeError")
+    assert re.match(r" *3000 B ", lines[3]) and re.match(r" *4 KiB ", lines[4])
+    assert any(re.match(r" *18720 B ", line) for line in lines)
+
+
 def test_a_users_named_measurements_are_told_apart_in_the_rows_and_the_verbose_line():
     ring = _named("ring_all_reduce", family="all_reduce", nbytes=4096, seconds=3e-4,
                   busbw_factor=1.0)
