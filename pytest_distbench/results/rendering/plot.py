@@ -36,6 +36,8 @@ MISSING_MATPLOTLIB = (
 VERDICT_COLOURS = {
     "regression": "#d62728",  # red
     "improvement": "#2ca02c",  # green
+    "slower": "#ff7f0e",  # orange: seen, but no gate could judge it
+    "faster": "#98df8a",  # light green
     "unchanged": "#7f7f7f",  # grey
 }
 ROWS_PER_COMPARISON_PAGE = 60
