@@ -394,3 +394,39 @@ def test_every_plot_footer_cites_only_files_of_the_repository():
     for spec in plot_spec.specs():
         for cited in re.findall(r"[\w./-]+\.md", spec.note):
             assert (root / cited).is_file(), f"{spec.name} cites {cited}"
+
+
+def test_a_record_that_did_not_complete_is_a_row_never_a_figure(tmp_path):
+    """Issue 30: a measurement that did not finish within its bound (the TCPStore legacy
+    backend at 4096 clients) is kept with its one sample, the bound; tables and -v lines say
+    'did not complete in 120 s', and no comparison, gate or plot reads the bound as a time."""
+    from pytest_distbench.results.document import read_document, schema
+
+    records = plot_data.collectives(world_sizes=(2,))
+    late = dict(copy.deepcopy(records[0]), samples=[120.0],
+                incomplete={"bound_s": 120.0, "reason": "wait timeout after 120000ms"})
+    from pytest_distbench.results.statistics.stats import summarize
+
+    late["summary"] = summarize([120.0]).as_dict()
+    late["rank_samples"] = [[120.0], [120.0]]
+    late.pop("p50_ci", None)
+    doc = plot_data.document([late] + records[1:])
+    path = tmp_path / "late.json"
+    write_document(doc, path, overwrite=False)
+    stored = read_document(path)  # kept, and valid
+    [kept] = [b["distbench"] for b in stored["benchmarks"] if b["distbench"].get("incomplete")]
+    assert kept["incomplete"]["bound_s"] == 120.0 and kept["samples"] == [120.0]
+    assert late["id"] not in schema.records(stored)
+    verdict = compare_documents(plot_data.document(records), stored, threshold=0.1).get(late["id"])
+    assert verdict.kind == "missing"  # never "slower" by the bound
+    row = next(line for line in table.render_tables([late]).splitlines()
+               if "did not complete" in line)
+    assert "did not complete in 120 s" in row and "120000000" not in row
+    assert plot_spec.headline([late]) == "did not complete in 120 s"
+    assert dict(junit.record_properties(late))["incomplete"].startswith(
+        "did not complete in 120 s: wait timeout")
+    bad = copy.deepcopy(stored)
+    bad["benchmarks"][0]["distbench"]["incomplete"] = {"bound_s": "long"}
+    with pytest.raises(schema.SchemaError, match="expected an object with bound_s") as info:
+        schema.validate_document(bad)
+    assert info.value.field == "benchmarks[0].distbench.incomplete"
