@@ -86,7 +86,9 @@ def _build_parser() -> _Parser:
         help="significance level of the Mann-Whitney U test (default %(default)s)",
     )
     compare.add_argument(
-        "--fail-on-regression", action="store_true", help="exit 1 if any benchmark regressed"
+        "--fail-on-regression", action="store_true",
+        help="exit 1 if any benchmark regressed (needs a baseline with 3+ stored runs: a "
+        "slowdown against one stored run is 'slower, not gateable')"
     )
     compare.add_argument(
         "--strict",
@@ -195,6 +197,11 @@ def _compare(args: argparse.Namespace) -> int:
             more = f" and {len(regressed) - 10} more" if len(regressed) > 10 else ""
             _error(f"{len(regressed)} regression(s): {names}{more}")
             status = EXIT_FAILED
+        ungated = sum(len(c.of_kind("slower")) for c in comparisons)
+        if ungated and not regressed:
+            print(f"{PROG}: --fail-on-regression: {ungated} benchmark(s) slower, but not "
+                  "gateable (one stored run, or a spread wider than the threshold): nothing "
+                  "failed (docs/gating.md)", file=sys.stderr)
     return status
 
 

@@ -78,14 +78,17 @@ def test_one_stored_run_reports_a_slowdown_and_fails_nothing(bench, distbench_ru
     its comparison is not a gate: the slowdown is shown, the session passes, and the header
     leads to the modes that can gate."""
     distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=2)
-    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "2.0")
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "5.0")
     result = distbench_run("--distbench", "--distbench-compare=main")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*1 stored run(s): not gateable, run-to-run noise unknown: changes are reported and "
         "fail nothing*A/B*",
-        "*test_work?gloo-ws2?*+*%*regression*",
+        "*test_work?gloo-ws2?*+*%*slower, not gateable*",
+        "*0 regressions, 0 improvements, 1 slower (not gateable)*",
     ])
+    table = result.stdout.str().split("distbench comparison")[1]
+    assert not [line for line in table.splitlines() if "test_" in line and "regression" in line]
     assert result.ret == pytest.ExitCode.OK
 
 

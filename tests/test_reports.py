@@ -131,7 +131,8 @@ def test_comparison_plot_has_one_point_per_judged_benchmark(tmp_path):
     [rendered] = plot.plot_comparison(base, cur, comparison, tmp_path)
     assert rendered.path.name == "comparison.png"
     assert rendered.lines_per_panel == (len(records) - 1,)
-    assert set(rendered.series) == {"regression", "improvement", "unchanged"}
+    # One stored run cannot gate: changes are "slower" / "faster", never a regression.
+    assert set(rendered.series) == {"slower", "faster", "unchanged"}
     _png_ok(rendered.path)
     rows = plot.comparison_rows(base, cur, comparison)
     kinds = {row.name: row.kind for row in rows}
@@ -499,3 +500,39 @@ def test_the_rpc_throughput_note_explains_the_rows_of_its_own_table():
     assert re.search(r"64 MiB +4 \(of 10\) ", text), text
     assert "'4 (of 10)': 10 requested, 4 ran in flight" in text and "256)" not in text
     assert "(of" not in table.render_tables([throughput(2, 2)]).split("\n# ", 1)[1]
+
+
+def test_a_record_that_did_not_complete_is_a_row_never_a_figure(tmp_path):
+    """Issue 30: a measurement that did not finish within its bound (the TCPStore legacy
+    backend at 4096 clients) is kept with its one sample, the bound; tables and -v lines say
+    'did not complete in 120 s', and no comparison, gate or plot reads the bound as a time."""
+    from pytest_distbench.results.document import read_document, schema
+
+    records = plot_data.collectives(world_sizes=(2,))
+    late = dict(copy.deepcopy(records[0]), samples=[120.0],
+                incomplete={"bound_s": 120.0, "reason": "wait timeout after 120000ms"})
+    from pytest_distbench.results.statistics.stats import summarize
+
+    late["summary"] = summarize([120.0]).as_dict()
+    late["rank_samples"] = [[120.0], [120.0]]
+    late.pop("p50_ci", None)
+    doc = plot_data.document([late] + records[1:])
+    path = tmp_path / "late.json"
+    write_document(doc, path, overwrite=False)
+    stored = read_document(path)  # kept, and valid
+    [kept] = [b["distbench"] for b in stored["benchmarks"] if b["distbench"].get("incomplete")]
+    assert kept["incomplete"]["bound_s"] == 120.0 and kept["samples"] == [120.0]
+    assert late["id"] not in schema.records(stored)
+    verdict = compare_documents(plot_data.document(records), stored, threshold=0.1).get(late["id"])
+    assert verdict.kind == "missing"  # never "slower" by the bound
+    row = next(line for line in table.render_tables([late]).splitlines()
+               if "did not complete" in line)
+    assert "did not complete in 120 s" in row and "120000000" not in row
+    assert plot_spec.headline([late]) == "did not complete in 120 s"
+    assert dict(junit.record_properties(late))["incomplete"].startswith(
+        "did not complete in 120 s: wait timeout")
+    bad = copy.deepcopy(stored)
+    bad["benchmarks"][0]["distbench"]["incomplete"] = {"bound_s": "long"}
+    with pytest.raises(schema.SchemaError, match="expected an object with bound_s") as info:
+        schema.validate_document(bad)
+    assert info.value.field == "benchmarks[0].distbench.incomplete"

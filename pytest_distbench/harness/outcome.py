@@ -375,6 +375,8 @@ def build_records(
             "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
             "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
         }
+        if first.incomplete:
+            record["incomplete"] = first.incomplete
         timed = [r for r, m in enumerate(ms) if m.timed]
         if len(timed) < len(ms):
             record["timed_ranks"] = timed

@@ -156,6 +156,9 @@ class Measurement:
     # CUDA worlds: this rank's caching-allocator peaks during the measurement, bytes.
     peak_gpu_allocated_bytes: int | None = None
     peak_gpu_reserved_bytes: int | None = None
+    # What the test measured did not finish within its bound (a result, not a failure):
+    # {"bound_s", "reason"}; the samples are then only that bound.
+    incomplete: dict[str, Any] | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import units
+from ..document.schema import is_figure
 from ..statistics.ratio import ratio_interval
 from .plot_spec import (
     Group,
@@ -36,6 +37,8 @@ MISSING_MATPLOTLIB = (
 VERDICT_COLOURS = {
     "regression": "#d62728",  # red
     "improvement": "#2ca02c",  # green
+    "slower": "#ff7f0e",  # orange: seen, but no gate could judge it
+    "faster": "#98df8a",  # light green
     "unchanged": "#7f7f7f",  # grey
 }
 ROWS_PER_COMPARISON_PAGE = 60
@@ -89,7 +92,7 @@ def plot_document(document: dict[str, Any], out_dir: str | Path) -> list[Rendere
 def plot_records(records: Sequence[Record], environment: dict[str, Any],
                  out_dir: str | Path) -> list[Rendered]:
     plt = _pyplot()
-    records = [r for r in records if not r.get("invalid")]  # never a figure
+    records = [r for r in records if is_figure(r)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Rendered] = []

@@ -23,7 +23,7 @@ from typing import Any
 
 from ... import registry, units
 from ..statistics.stats import percentile
-from .ci import p50_bounds, pct_text
+from .ci import incomplete_text, p50_bounds, pct_text
 
 Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]
@@ -250,6 +250,10 @@ def headline(records: Sequence[Record]) -> str:
     """The figures a test's `-v` line ends with, e.g. 'p50 12.3 us, busbw 1.23 GB/s'."""
     parts = []
     for record in records:
+        incomplete = incomplete_text(record)
+        if incomplete:
+            parts.append(incomplete)
+            continue
         spec = spec_for(record)
         lines = spec.headline if spec is not None else DEFAULT_HEADLINE
         texts = [t for t in (h.text(record) for h in lines) if t]

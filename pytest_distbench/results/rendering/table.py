@@ -172,6 +172,11 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     table = []
     for r in rows:
         s = r["summary"]
+        incomplete = ci.incomplete_text(r)
+        if incomplete:  # its samples are only the bound: no figure to show
+            table.append([_size(r["nbytes"]), r["count"] if r["count"] is not None else "-",
+                          r["dtype"] or "-", incomplete] + ["-"] * 7)
+            continue
         table.append(
             [
                 _size(r["nbytes"]),
@@ -207,6 +212,7 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     align = ("left",) * bool(labels) + ("right",) * (len(headers) - bool(labels))
     text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
                     colalign=align)
+    with_bytes = [r for r in with_bytes if not r.get("incomplete")]
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
