@@ -62,18 +62,27 @@ def pytest_configure(config: pytest.Config) -> None:
     from .results.document.environment import cpu_probe
 
     if launch is None:
+        from .harness.local.netns import NamespaceUnavailable
         from .harness.local.session import LocalSession
 
-        session: Any = LocalSession(force=limits.forced(config))
+        try:
+            session: Any = LocalSession(force=limits.forced(config),
+                                        private_network=resolved.private_network)
+        except NamespaceUnavailable as exc:
+            raise pytest.UsageError(f"--distbench-private-network: this machine does not "
+                                    f"allow a private network namespace: {exc}") from None
         session.interrupt_on_sigterm()
     else:
+        if resolved.private_network:
+            raise pytest.UsageError("--distbench-private-network: applies to local worlds; "
+                                    f"the ranks of this run were started by {launch.launcher}")
         session = launcher_plugin.start(config, launch, outputs.after_test)
     # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
     if launch is None and not xdist.is_controller(config):
         from .harness.local.world import warm_up_forkserver
 
-        warm_up_forkserver()  # its torch import overlaps collection
+        session.inside(warm_up_forkserver)  # its torch import overlaps collection
     xdist.configure(config, session)
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)

@@ -85,9 +85,10 @@ class RunResult:
 
     @property
     def clean(self) -> bool:
-        """Every rank answered and none failed: the world can be reused."""
+        """Every rank answered, none failed and none left its world unfit: the world can be
+        reused."""
         return not (self.died or self.hung or self.stopped or self.releasers) and all(
-            o.status != "failed" for o in self.outcomes.values())
+            o.status != "failed" and not o.rebuild for o in self.outcomes.values())
 
 
 def tag(rank: int, text: str) -> str:
@@ -255,6 +256,8 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
         if position and result.releasers:
             parts.append(f"rank {r} failed after rank {failed[0][1]} did (released from "
                          f"waiting for it):\n{body}")
+        elif result.outcomes[r].rebuild == "leftovers":
+            parts.append(f"rank {r} passed, then:\n{body}")
         else:
             parts.append(f"rank {r} raised:\n{body}")
     if result.releasers:

@@ -20,6 +20,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import leftovers
 from .threads import intra_op_threads
 from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
@@ -149,9 +150,26 @@ class Rank:
         return rank_environment(self.spec.backend, self.device)
 
     def run(self, task: RunTest) -> TestOutcome:
+        """Run one test body; then make sure it left this rank fit for the next one."""
+        self.tests_run += 1
+        before = leftovers.snapshot()
+        outcome = self._run_body(task)
+        if outcome.status == "failed":
+            return outcome  # the world is rebuilt after a failure anyway
+        left = leftovers.left_behind(before)
+        if left:
+            then = ("The world is rebuilt." if self.conn is not None else "This process is "
+                    "the rank (launcher mode): a thread it left runs on through the later tests.")
+            return TestOutcome(rank=self.spec.rank, status="failed", message=(
+                "the test left running in this rank: " + "; ".join(left) + ". A test must "
+                "stop what it starts: the next test in this world would be measured beside "
+                f"it. {then}"), rebuild="leftovers")
+        outcome.rebuild = leftovers.process_group_gone(self.group, self.control)
+        return outcome
+
+    def _run_body(self, task: RunTest) -> TestOutcome:
         from _pytest.outcomes import Skipped
 
-        self.tests_run += 1
         try:
             function = _resolve(task)
             kwargs = dict(task.kwargs)

@@ -167,6 +167,9 @@ class TestOutcome:
     status: str  # "passed", "failed" or "skipped"
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
+    # Why this rank's world cannot host another test ("" when it can): the test destroyed its
+    # process group, or left a thread or child process running (harness/leftovers.py).
+    rebuild: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ import signal
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,16 +20,21 @@ from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
+from .netns import PrivateNetwork
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
 MAX_LIVE_RANKS = 32
 START_TIMEOUT_S = 120.0
+T = TypeVar("T")
 
 
 class LocalSession(Session):
-    def __init__(self, force: bool = False) -> None:
+    def __init__(self, force: bool = False, private_network: bool = False) -> None:
+        """`private_network`: the worlds live in a network namespace of their own
+        (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one."""
         super().__init__()
+        self.network = PrivateNetwork() if private_network else None
         self._sigterm: Any = None
         self.force = force  # --distbench-force: start worlds that look too large for the machine
         self.ranks_announced = 0  # the most ranks an oversubscription warning has named
@@ -65,6 +71,7 @@ class LocalSession(Session):
             timeout_s=timeout_s,
             env=self.rank_env,
             context=self.contexts.get(key.variant),
+            enter=None if self.network is None else self.network.run,
         )
         world.start(START_TIMEOUT_S)
         self.world_starts.append((str(key), world.start_s))
@@ -90,8 +97,15 @@ class LocalSession(Session):
 
             # Port 0: the kernel picks a free port, so parallel sessions never collide; bound to
             # 127.0.0.1 only (a bare TCPStore master listens on every interface).
-            self._store = loopback_store()
+            self._store = self.inside(loopback_store)
         return self._store
+
+    def inside(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` where the worlds' network is: what it binds, connects or starts
+        (a forkserver) stays there."""
+        if self.network is None:
+            return function(*args)
+        return self.network.run(function, *args)
 
     def _captures(self) -> Path:
         if self._capture_dir is None:
@@ -129,6 +143,9 @@ class LocalSession(Session):
             world.stop(timeout_s=5.0)
         self.worlds.clear()
         self._store = None
+        if self.network is not None:
+            self.network.close()
+            self.network = None
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None

@@ -91,10 +91,14 @@ class World:
         loopback_only: bool = True,
         env: dict[str, str] | None = None,
         context: multiprocessing.context.BaseContext | None = None,
+        enter: Callable[..., None] | None = None,
     ) -> None:
         """`loopback_only`: gloo and TensorPipe listen on loopback (a local world); launcher
         mode passes False to keep the interface the user chose. `env`: more rank environment.
-        `context`: where the ranks are forked from (default: the preloaded forkserver)."""
+        `context`: where the ranks are forked from (default: the preloaded forkserver).
+        `enter`: runs the call that starts the rank processes (and the forkserver, if it
+        must be started again) where the world's network is (netns.PrivateNetwork.run)."""
+        self.enter = enter
         self.key = key
         self.context = context
         self.store_host = store_host
@@ -116,8 +120,8 @@ class World:
 
     # -- life cycle -------------------------------------------------------------------------
 
-    def start(self, start_timeout_s: float) -> None:
-        began = time.perf_counter()
+    def _spawn(self) -> None:
+        """Start the rank processes (each rank then joins the world by itself)."""
         ctx = self.context or forkserver_context()
         for r in range(self.key.world_size):
             spec = RankSpec(
@@ -148,6 +152,13 @@ class World:
             self.processes.append(process)
             self.conns.append(conn)
             self._lifelines.append(lifeline_write)
+
+    def start(self, start_timeout_s: float) -> None:
+        began = time.perf_counter()
+        if self.enter is None:
+            self._spawn()
+        else:
+            self.enter(self._spawn)
         pending = set(range(self.key.world_size))
         deadline = time.monotonic() + start_timeout_s
         while pending:
