@@ -120,6 +120,23 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     return not distbench.output_errors
 
 
+def nothing_measured(config: pytest.Config, distbench: Session) -> bool:
+    """A session without a record: every requested output fails the session, in one line
+    (an empty results file or baseline would pass for a run that measured something)."""
+    if not distbench.reports:
+        return True
+    save_path = gating.save_path(config)
+    asked = [f"--{name.replace('_', '-')}={config.getoption(name)}"
+             for name in ("distbench_json", "distbench_plot", "distbench_markdown")
+             if config.getoption(name)]
+    if save_path is not None:
+        asked.append(f"--distbench-save={config.getoption('distbench_save')} ({save_path})")
+    if asked:
+        _failed(distbench, f"nothing was measured (every distbench test was skipped, failed or "
+                           f"deselected), so no requested output was written: {', '.join(asked)}")
+    return not asked
+
+
 def world_starts_line(starts: list[tuple[Any, float]]) -> str:
     """`gloo ws2 cpu 0.22 s` for one start; per kind of world, how many and their time."""
     by_world: dict[str, list[float]] = {}
@@ -166,11 +183,12 @@ def _failed(distbench: Session, message: str) -> None:
 
 def _append(distbench: Session, document: dict[str, Any], path: Path) -> None:
     """--distbench-append: this run added to the baseline's history."""
+    from .results.document import ResultsFileError
     from .results.document.history import append_run
 
     try:
         distbench.notes.append(append_run(document, path))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ResultsFileError) as exc:
         _failed(distbench, f"could not add this run to baseline {path}: {exc}")
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
 
 import pytest
 
@@ -51,3 +54,84 @@ def test_written_outputs_leave_the_exit_status_alone(pytester, distbench_run):
     assert result.ret == pytest.ExitCode.OK
     assert (pytester.path / "run.json").exists()
     assert (pytester.path / "baselines" / "main.json").exists()
+
+
+def _device_like(path, device: str):
+    """A character device node at path with /dev/<device>'s numbers (mknod: root only), so a
+    writer that replaced it destroys a copy, never the machine's own device."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.stat(f"/dev/{device}").st_rdev)
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    return path
+
+
+def _fifo_reader(path):
+    """A FIFO at path and a thread that reads it to the end: (chunks, stop)."""
+    os.mkfifo(path)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        with open(path, "rb") as f:
+            chunks.append(f.read())
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+
+    def stop() -> None:  # a writer that never came: open the other end so the reader ends
+        if thread.is_alive():
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        thread.join(10)
+
+    return chunks, stop
+
+
+def test_outputs_write_through_symlinks_devices_and_fifos(pytester, distbench_run):
+    """A symlink stays a symlink (its target replaced atomically), a FIFO and a device are
+    written through: none is replaced by a regular file (issue 29, item 1)."""
+    pytester.makepyfile(test_bench=BENCH)
+    real = pytester.path / "kept" / "main.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = pytester.path / "main.json"
+    link.symlink_to(real)
+    fifo = pytester.path / "run.fifo"
+    null = _device_like(pytester.path / "null", "null")
+    chunks, stop = _fifo_reader(fifo)
+    try:
+        result = distbench_run("--distbench", "--world-size=2", f"--distbench-json={fifo}",
+                               f"--distbench-save={link}", "--distbench-overwrite",
+                               f"--distbench-markdown={null}")
+    finally:
+        stop()
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and stat.S_ISCHR(null.lstat().st_mode)
+    assert json.loads(b"".join(chunks))["benchmarks"]
+    assert link.is_symlink() and json.loads(real.read_text())["benchmarks"]
+    assert [p.name for p in real.parent.iterdir()] == ["main.json"]  # no temporary file left
+
+
+def test_outputs_that_cannot_be_written_fail_the_session_one_line_each(pytester, distbench_run):
+    """A device that is full, a FIFO nobody reads and a baseline whose history cannot be
+    read: each fails the session with one line naming the file; nothing is replaced."""
+    pytester.makepyfile(test_bench=BENCH)
+    full = _device_like(pytester.path / "full", "full")
+    fifo = pytester.path / "summary.fifo"
+    os.mkfifo(fifo)
+    damaged = pytester.path / "baselines" / "main.json"
+    damaged.parent.mkdir()
+    damaged.write_text("not json")
+    result = distbench_run("--distbench", "--world-size=2", f"--distbench-json={full}",
+                           f"--distbench-markdown={fifo}", "--distbench-save=main",
+                           "--distbench-append")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    errors = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert len(errors) == 3, result.stdout.str()
+    assert f"results file {full}" in errors[0] and "No space left on device" in errors[0]
+    assert any(f"{damaged}" in e and "not valid JSON" in e for e in errors), errors
+    assert any(f"{fifo}" in e and "nobody reads" in e for e in errors), errors
+    assert "replaced results file" not in result.stdout.str()
+    assert stat.S_ISCHR(full.lstat().st_mode) and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert damaged.read_text() == "not json"
