@@ -9,6 +9,7 @@ lie.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,26 @@ def add_options(group: Any) -> None:
 
 
 def configure(config: pytest.Config) -> None:
-    """Refuse a plot request without matplotlib now, not after an hour of benchmarks."""
+    """Refuse a plot request without matplotlib, or an output path no file can have, now, not
+    after an hour of benchmarks."""
+    for name in ("distbench_json", "distbench_markdown", "distbench_plot"):
+        check_output_path(f"--{name.replace('_', '-')}", config.getoption(name),
+                          directory=name == "distbench_plot")
     if config.getoption("distbench_plot"):
         from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
         if not matplotlib_available():
             raise pytest.UsageError(f"--distbench-plot: {MISSING_MATPLOTLIB}")
+
+
+def check_output_path(option: str, path: str | os.PathLike[str] | None, *,
+                      directory: bool = False) -> None:
+    """A usage error naming the option when ``path`` cannot take its output."""
+    from .results.document.io import output_path_problem
+
+    problem = path and output_path_problem(os.fspath(path), directory=directory)
+    if problem:
+        raise pytest.UsageError(f"{option}: {os.fspath(path)!r} {problem}")
 
 
 # -- per test ----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .schema import SchemaError, is_number, validate_document
 # The largest results file read (docs/results-schema.md, "Size"): parsing holds about 3.5
 # times the file in memory, and a duration-mode record of 3 million samples is about 70 MB.
 MAX_RESULTS_BYTES = 512 * 2**20
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
 _BASELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
@@ -123,6 +124,29 @@ def append_output(path: str | os.PathLike[str], data: bytes) -> None:
         os.close(fd)
 
 
+def output_path_problem(path: str, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take an output (a file, or a ``directory`` of files), found before
+    a run rather than after it: a NUL byte, a name longer than file systems take, or an
+    existing entry of the wrong kind. None when nothing is wrong yet."""
+    if "\0" in path:
+        return "contains a NUL byte"
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            return f"has a name of {size} bytes; file systems take at most {NAME_MAX}"
+    try:
+        mode = _mode(Path(os.path.realpath(path)))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if mode is None or stat.S_ISDIR(mode) == directory:
+        return None
+    if directory:
+        return f"is {_kind(mode)}, not a directory"
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return f"is {_kind(mode)}, not a file that can be written"
+    return None
+
+
 def _mode(path: Path) -> int | None:
     try:
         return os.stat(path).st_mode
@@ -173,7 +197,8 @@ def _create_temp(directory: Path, name: str) -> tuple[Path, int]:
     # tempfile.mkstemp would leave a 0600 baseline that teammates cannot read.
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        # Cut so that the temporary name fits wherever the target's own name does.
+        tmp = directory / f".{name[:NAME_MAX - 64]}.{secrets.token_hex(6)}.tmp"
         try:
             return tmp, os.open(tmp, flags, 0o666)
         except FileExistsError:
@@ -276,8 +301,9 @@ def _read_bounded(path: str | os.PathLike[str]) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ResultsFileError(path, "no such file") from None
-    except OSError as exc:
-        raise ResultsFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise ResultsFileError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+                               ) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
