@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
 import signal
 import socket
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
+from .leftovers import make_capture_dir, remove_leftovers
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .world import World, WorldKey, WorldStartError
 
@@ -38,7 +39,9 @@ class LocalSession(Session):
         self.contexts: dict[str, multiprocessing.context.BaseContext] = {}
         self._store: Any = None
         self._capture_dir: Path | None = None
+        self._capture_lock: int | None = None  # held while the folder is ours (leftovers.py)
         self._worlds_started = 0
+        remove_leftovers()  # what sessions killed by SIGKILL left in the temporary directory
 
     # -- worlds -------------------------------------------------------------------------------
 
@@ -95,7 +98,11 @@ class LocalSession(Session):
 
     def _captures(self) -> Path:
         if self._capture_dir is None:
-            self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
+            self._capture_dir, self._capture_lock = make_capture_dir()
+        else:
+            # Made again where a cleaner (or a test body) removed it: a rank that cannot open
+            # its log dies before it can say why.
+            self._capture_dir.mkdir(mode=0o700, exist_ok=True)
         return self._capture_dir
 
     def announce_oversubscription(self, world_sizes: Any) -> list[str]:
@@ -132,6 +139,9 @@ class LocalSession(Session):
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None
+        if self._capture_lock is not None:
+            os.close(self._capture_lock)
+            self._capture_lock = None
 
     def environment_facts(self) -> dict[str, Any]:
         facts = {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
