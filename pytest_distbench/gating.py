@@ -155,9 +155,6 @@ def _configure_stored(config: pytest.Config) -> None:
             path = storage.resolve_baseline(save, baseline_dir)
         except ValueError as exc:
             raise pytest.UsageError(f"--distbench-save: {exc}") from None
-        from .outputs import check_output_path
-
-        check_output_path("--distbench-save", path)
         if (path.exists() and not config.getoption("distbench_overwrite")
                 and not config.getoption("distbench_append")):
             raise pytest.UsageError(

@@ -45,6 +45,7 @@ def configure(config: pytest.Config) -> None:
     for name in ("distbench_json", "distbench_markdown", "distbench_plot"):
         check_output_path(f"--{name.replace('_', '-')}", config.getoption(name),
                           directory=name == "distbench_plot")
+    check_output_path("--distbench-save", gating.save_path(config))
     if config.getoption("distbench_plot"):
         from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
