@@ -37,6 +37,29 @@ def test_a_rank_log_folder_deleted_mid_run_is_made_again(pytester, distbench_run
     assert "FileNotFoundError" not in result.stdout.str() + result.stderr.str()
 
 
+def test_a_killed_forkserver_is_named_and_the_next_world_starts(pytester, distbench_run):
+    """The forkserver's death kills its ranks, which multiprocessing reports as "exit code
+    255" each: the failure names the forkserver instead; the next test gets a new one."""
+    pytester.makepyfile("""
+        import os, signal, time, pytest
+
+        @pytest.mark.distbench
+        def test_kill_the_forkserver(distbench):
+            if distbench.rank == 0:
+                os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)
+
+        @pytest.mark.distbench(iterations=3, warmup=1)
+        def test_after(distbench):
+            distbench.measure(lambda: time.sleep(0.001))
+    """)
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["the forkserver that forked the ranks (pid *) died; rank(s) "
+                                 "0, 1 died with it*"])
+    assert "exited with code 255" not in result.stdout.str()
+
+
 def _start_sleeping_session(path: Path, tmp: Path, ready: Path) -> subprocess.Popen:
     ready.mkdir()
     (path / f"test_{ready.name}.py").write_text(f"""

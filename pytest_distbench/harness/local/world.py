@@ -74,6 +74,20 @@ def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
     return (usable[0],) if bind == "pack" else (usable[rank % len(usable)],)
 
 
+# What multiprocessing reports for a process whose forkserver closed its status pipe unsaid.
+FORKSERVER_GONE_CODE = 255
+
+
+def _proc_stat(pid: int | None, index: int) -> str | None:
+    """Field `index` after the command of /proc/PID/stat (0: state, 1: parent); None when the
+    process is gone or there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return text.rsplit(")", 1)[1].split()[index]
+
+
 class WorldStartError(Exception):
     pass
 
@@ -170,6 +184,9 @@ class World:
                 self.info[r] = message.info
                 pending.discard(r)
         self.start_s = time.perf_counter() - began
+        # The forkserver forked every rank: its death kills them (their parent-death signal)
+        # and multiprocessing then reports each one as "exit code 255".
+        self.forkserver_pid = _proc_stat(self.processes[0].pid, 1)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Shut down in order (RPC, process group), then make sure nothing is left."""
@@ -243,6 +260,9 @@ class World:
                     failed = message.status != "passed"
                 else:
                     result.died[r] = self.processes[r].exitcode
+                    if (result.died[r] == FORKSERVER_GONE_CODE and self.forkserver_pid
+                            and _proc_stat(self.forkserver_pid, 0) in (None, "Z", "X")):
+                        result.forkserver_gone = int(self.forkserver_pid)
                     failed = True
                 if failed and grace_deadline is None:
                     grace_deadline = time.monotonic() + FAILURE_GRACE_S
