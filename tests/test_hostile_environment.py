@@ -60,6 +60,27 @@ def test_a_killed_forkserver_is_named_and_the_next_world_starts(pytester, distbe
     assert "exited with code 255" not in result.stdout.str()
 
 
+def test_a_rank_that_closed_its_output_keeps_its_exception(pytester, distbench_run):
+    """A body that closes fd 1 and 2 with text still buffered: the harness's flush must not
+    replace the body's own exception (the rank used to die with exit code 1, unexplained)."""
+    pytester.makepyfile("""
+        import os, sys, pytest
+
+        @pytest.mark.distbench
+        def test_closes_its_output(distbench):
+            if distbench.rank == 0:
+                sys.stdout.write("unfinished line")
+                sys.stderr.write("unfinished too")
+                os.close(1)
+                os.close(2)
+                raise ValueError("the real problem")
+    """)
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["rank 0 raised:", "*[[]rank 0[]] ValueError: the real problem"])
+    assert "died during the test" not in result.stdout.str()
+
+
 def _start_sleeping_session(path: Path, tmp: Path, ready: Path) -> subprocess.Popen:
     ready.mkdir()
     (path / f"test_{ready.name}.py").write_text(f"""
