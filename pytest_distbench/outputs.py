@@ -243,7 +243,7 @@ def _write(distbench: Session, document: dict[str, Any], path: Path, *,
            overwrite: bool, what: str) -> None:
     from .results import document as storage
 
-    existed = path.exists()
+    existed = path.is_file()  # a device or a FIFO is written through, not replaced
     try:
         storage.write_document(document, path, overwrite=overwrite)
     except storage.ResultsFileExistsError:

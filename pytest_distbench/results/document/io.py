@@ -21,10 +21,12 @@ from typing import Any
 from ...units import format_size
 from .schema import SchemaError, is_number, validate_document
 
-# The largest results file read (docs/results-schema.md, "Size"): parsing holds about 3.5
+# The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.5
 # times the file in memory, and a duration-mode record of 3 million samples is about 70 MB.
 MAX_RESULTS_BYTES = 512 * 2**20
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+# Opening a FIFO must neither wait for the other end nor leak into children (POSIX only).
+_OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 _BASELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
@@ -117,7 +119,8 @@ def append_output(path: str | os.PathLike[str], data: bytes) -> None:
     if mode is not None and not stat.S_ISREG(mode):
         _write_through(path, Path(path), mode, data)
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
     try:
         _write_all(fd, data)
     finally:
@@ -167,8 +170,8 @@ def _write_through(path: str | os.PathLike[str], target: Path, mode: int, data: 
     if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
         raise OSError(f"{path} is {_kind(mode)}, not a file that can be written")
     try:
-        # O_NONBLOCK: a FIFO nobody reads refuses at once (ENXIO) instead of waiting forever.
-        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Non-blocking: a FIFO nobody reads refuses at once (ENXIO) instead of waiting forever.
+        fd = os.open(target, os.O_WRONLY | _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise OSError(f"{path} is a FIFO that nobody reads") from None
@@ -297,26 +300,27 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _read_bounded(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular file of at most MAX_RESULTS_BYTES; anything else refused."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | _OPEN_FLAGS)
     except FileNotFoundError:
         raise ResultsFileError(path, "no such file") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         raise ResultsFileError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
                                ) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ResultsFileError(path, f"is {_kind(mode)}, not a results file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ResultsFileError(path, f"is {_kind(st.st_mode)}, not a results file")
+        too_large = ResultsFileError(path, f"larger than {format_size(MAX_RESULTS_BYTES)}, the "
+                                           "most a results file may be (docs/results-schema.md)")
+        if st.st_size > MAX_RESULTS_BYTES:
+            raise too_large
         chunks, size = [], 0
-        # Read to the limit rather than trust st_size: the file may grow while read.
+        # Read to the limit, not to st_size: the file may grow while it is read.
         while chunk := os.read(fd, min(2**24, MAX_RESULTS_BYTES + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
             if size > MAX_RESULTS_BYTES:
-                raise ResultsFileError(
-                    path, f"larger than {format_size(MAX_RESULTS_BYTES)}, the most a results "
-                          "file may be (docs/results-schema.md)")
+                raise too_large
         return b"".join(chunks)
     except OSError as exc:
         raise ResultsFileError(path, f"cannot read: {exc.strerror or exc}") from None
