@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
-from .leftovers import make_capture_dir, remove_leftovers
+from .leftovers import hold, make_capture_dir, remove_leftovers
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .world import World, WorldKey, WorldStartError
 
@@ -39,9 +40,11 @@ class LocalSession(Session):
         self.contexts: dict[str, multiprocessing.context.BaseContext] = {}
         self._store: Any = None
         self._capture_dir: Path | None = None
-        self._capture_lock: int | None = None  # held while the folder is ours (leftovers.py)
         self._worlds_started = 0
         remove_leftovers()  # what sessions killed by SIGKILL left in the temporary directory
+        # Held while this session lives: its folders are not leftovers (leftovers.py). The
+        # forkserver's socket goes in multiprocessing's folder of this process.
+        self._owner_locks = [hold(Path(multiprocessing.util.get_temp_dir()))]
 
     # -- worlds -------------------------------------------------------------------------------
 
@@ -98,7 +101,8 @@ class LocalSession(Session):
 
     def _captures(self) -> Path:
         if self._capture_dir is None:
-            self._capture_dir, self._capture_lock = make_capture_dir()
+            self._capture_dir, lock = make_capture_dir()
+            self._owner_locks.append(lock)
         else:
             # Made again where a cleaner (or a test body) removed it: a rank that cannot open
             # its log dies before it can say why.
@@ -139,9 +143,10 @@ class LocalSession(Session):
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None
-        if self._capture_lock is not None:
-            os.close(self._capture_lock)
-            self._capture_lock = None
+        for lock in self._owner_locks:
+            if lock is not None:
+                os.close(lock)
+        self._owner_locks.clear()
 
     def environment_facts(self) -> dict[str, Any]:
         facts = {"launcher": {"name": "local", "hosts": [socket.gethostname()]},
