@@ -88,6 +88,18 @@ def _proc_stat(pid: int | None, index: int) -> str | None:
     return text.rsplit(")", 1)[1].split()[index]
 
 
+def _exited(pid: int, wait_s: float = 1.0) -> bool:
+    """Whether the process `pid` has ended (a zombie, or gone), waiting up to `wait_s` for
+    one that is exiting: its children die (parent-death signal) before it becomes a zombie,
+    and until then multiprocessing would take the forkserver for alive and connect to it."""
+    deadline = time.monotonic() + wait_s
+    while _proc_stat(pid, 0) not in (None, "Z", "X"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class WorldStartError(Exception):
     pass
 
@@ -261,7 +273,7 @@ class World:
                 else:
                     result.died[r] = self.processes[r].exitcode
                     if (result.died[r] == FORKSERVER_GONE_CODE and self.forkserver_pid
-                            and _proc_stat(self.forkserver_pid, 0) in (None, "Z", "X")):
+                            and _exited(int(self.forkserver_pid))):
                         result.forkserver_gone = int(self.forkserver_pid)
                     failed = True
                 if failed and grace_deadline is None:
