@@ -21,6 +21,11 @@ from .harness.physical import measured_bounds
 from .harness.session import Session
 
 HEADLINE_KEY = pytest.StashKey[str]()
+_FILE_OPTIONS = ("distbench_json", "distbench_markdown", "distbench_plot")  # and the baseline
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
 
 
 def add_options(group: Any) -> None:
@@ -42,8 +47,8 @@ def add_options(group: Any) -> None:
 def configure(config: pytest.Config) -> None:
     """Refuse a plot request without matplotlib, or an output path no file can have, now, not
     after an hour of benchmarks."""
-    for name in ("distbench_json", "distbench_markdown", "distbench_plot"):
-        check_output_path(f"--{name.replace('_', '-')}", config.getoption(name),
+    for name in _FILE_OPTIONS:
+        check_output_path(_flag(name), config.getoption(name),
                           directory=name == "distbench_plot")
     check_output_path("--distbench-save", gating.save_path(config))
     if config.getoption("distbench_plot"):
@@ -142,8 +147,7 @@ def nothing_measured(config: pytest.Config, distbench: Session) -> bool:
     if not distbench.reports:
         return True
     save_path = gating.save_path(config)
-    asked = [f"--{name.replace('_', '-')}={config.getoption(name)}"
-             for name in ("distbench_json", "distbench_plot", "distbench_markdown")
+    asked = [f"{_flag(name)}={config.getoption(name)}" for name in _FILE_OPTIONS
              if config.getoption(name)]
     if save_path is not None:
         asked.append(f"--distbench-save={config.getoption('distbench_save')} ({save_path})")

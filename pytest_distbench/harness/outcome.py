@@ -248,10 +248,9 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
     their rank (the first to fail first), a hang's stacks, the ranks released or stopped."""
     parts = []
     if result.forkserver_gone is not None:
-        parts.append(f"the forkserver that forked the ranks (pid {result.forkserver_gone}) "
-                     f"died; rank(s) {', '.join(map(str, sorted(result.died)))} died with it "
-                     "(multiprocessing says "
-                     "\"exit code 255\" for each)")
+        ranks = ", ".join(map(str, sorted(result.died)))
+        parts.append(f"the forkserver that forked the ranks (pid {result.forkserver_gone}) died; "
+                     f"rank(s) {ranks} died with it (multiprocessing says exit code 255 for each)")
     for r, code in sorted(result.died.items()):
         if result.forkserver_gone is None:
             parts.append(f"rank {r} died during the test: {describe_exit(code)}")
