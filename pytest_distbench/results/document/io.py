@@ -21,9 +21,10 @@ from typing import Any
 from ...units import format_size
 from .schema import SchemaError, is_number, validate_document
 
-# The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.5
-# times the file in memory, and a duration-mode record of 3 million samples is about 70 MB.
-MAX_RESULTS_BYTES = 512 * 2**20
+# The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
+# times the file in memory; 3 million samples in all (one duration-mode record's most) take
+# about 270 MiB, so a few such records still fit.
+MAX_RESULTS_BYTES = 2**30
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 # Opening a FIFO must neither wait for the other end nor leak into children (POSIX only).
 _OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
