@@ -21,8 +21,12 @@ from pytest_distbench.results.comparison.verdict import (
     compare_documents,
     speed_difference,
 )
-from pytest_distbench.results.document.io import ResultsFileError, read_document
-from pytest_distbench.results.rendering.report import FORMATS, render
+from pytest_distbench.results.document.io import (
+    ResultsFileError,
+    output_path_problem,
+    read_document,
+)
+from pytest_distbench.results.rendering.report import FORMATS, printable, render
 from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
@@ -214,6 +218,10 @@ def _plot(args: argparse.Namespace) -> int:
     if not plot.matplotlib_available():
         _error(plot.MISSING_MATPLOTLIB)
         return EXIT_USAGE
+    problem = output_path_problem(args.out, directory=True)
+    if problem:
+        _error(f"--out {args.out!r} {problem}")
+        return EXIT_USAGE
     docs = _read_documents(args.files)
     if docs is None:
         return EXIT_USAGE
@@ -230,7 +238,7 @@ def _plot(args: argparse.Namespace) -> int:
         _error(f"--out {args.out}: {exc}")
         return EXIT_USAGE
     for rendered in written:
-        print(f"wrote {rendered.path}  ({rendered.title})")
+        print(f"wrote {rendered.path}  ({printable(rendered.title)})")
     if not written:
         print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
     return EXIT_OK

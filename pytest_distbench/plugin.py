@@ -260,7 +260,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
         return
-    if distbench.records and not outputs.finish(config, distbench):
+    written = (outputs.finish(config, distbench) if distbench.records
+               else outputs.nothing_measured(config, distbench))
+    if not written:
         # A requested output that was not written fails the session (terminal summary says
         # which); an interrupted or failing session keeps its own exit status.
         if session.exitstatus == pytest.ExitCode.OK:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import cli
 from pytest_distbench.results.document import history, make_document, write_document
+from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,6 +80,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     doc["benchmarks"][0]["distbench"]["placement"] = ["pack"]
     out["overflow"] = d / "overflow.json"
     out["overflow"].write_text(json.dumps(doc))
+    # Inputs that are not results files at all (issue 29, item 6): a device that never ends,
+    # a FIFO nobody writes, and a file past the size limit (sparse: no disk is used).
+    out["device"] = Path("/dev/zero")
+    out["fifo"] = d / "pipe.json"
+    os.mkfifo(out["fifo"])
+    out["huge"] = d / "huge.json"
+    with open(out["huge"], "wb") as f:
+        f.truncate(MAX_RESULTS_BYTES + 1)
     return out
 
 
@@ -91,7 +101,17 @@ RUNS = {
     "damaged": ["damaged", "cur"],
     "foreign": ["base", "foreign"],
     "overflow": ["overflow", "cur"],
+    "device": ["base", "device"],
+    "fifo": ["fifo", "cur"],
+    "huge": ["base", "huge"],
 }
+# Runs that would hold the machine's memory or wait forever if the reader trusted its input:
+# capped, so a regression fails this test instead of the machine.
+HOSTILE = {"device", "fifo", "huge"}
+
+
+def _capped_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +128,15 @@ def runs(files) -> dict[str, subprocess.CompletedProcess]:
             text=True,
             env=env,
             cwd=files["base"].parent,
+            preexec_fn=_capped_memory if key in HOSTILE else None,
         )
     results = {}
     for key, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
         results[key] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     return results
 
@@ -211,6 +236,9 @@ def test_json_output_and_threshold_option(runs):
         ("damaged", "damaged.json", "not valid JSON"),
         ("foreign", "foreign.json", "not a pytest-distbench results file"),
         ("overflow", "overflow.json", "distbench.history[0].p50_s.x: integer"),
+        ("device", "/dev/zero", "is a character device, not a results file"),
+        ("fifo", "pipe.json", "is a FIFO, not a results file"),
+        ("huge", "huge.json", "the most a results file may be"),
     ],
 )
 def test_bad_input_is_one_clear_line(runs, key, file, message):

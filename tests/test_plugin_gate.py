@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+
+from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
 
 # A benchmark whose work is a busy wait of 3 ms, made SLOW times longer by an env variable:
 # a real, measured slowdown, which is what the gate must catch.
@@ -119,7 +122,18 @@ def test_damaged_or_missing_baseline_is_a_clear_usage_error(bench, distbench_run
     broken = distbench_run("--distbench", "--distbench-compare=broken")
     assert broken.ret == pytest.ExitCode.USAGE_ERROR
     broken.stderr.fnmatch_lines(["ERROR: --distbench-compare: *broken.json*"])
-    for result in (missing, broken):
+    # A FIFO nobody writes (once: a wait forever) and a file past the size limit (sparse).
+    os.mkfifo(bench.path / "baselines" / "pipe.json")
+    with open(bench.path / "baselines" / "huge.json", "wb") as f:
+        f.truncate(MAX_RESULTS_BYTES + 1)
+    pipe = distbench_run("--distbench", "--distbench-compare=pipe", timeout=60)
+    pipe.stderr.fnmatch_lines(["ERROR: --distbench-compare: *pipe.json: is a FIFO, not a "
+                               "results file"])
+    huge = distbench_run("--distbench", "--distbench-compare=huge")
+    huge.stderr.fnmatch_lines(["ERROR: --distbench-compare: *huge.json: larger than *, the "
+                               "most a results file may be*"])
+    for result in (missing, broken, pipe, huge):
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
         assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 

@@ -264,6 +264,21 @@ def test_cli_plot_errors_are_one_line(tmp_path):
     assert done.returncode == 2 and "one results file, or two" in done.stderr
 
 
+def test_cli_plot_shows_names_from_a_file_without_control_characters(tmp_path):
+    """A hostile file's names reach the terminal as `compare` shows them: an escape sequence
+    in a backend (a plot's title) or a file name (a comparison's title) is not sent raw."""
+    records = plot_data.collectives()
+    for record in records:
+        record["backend"] = "gloo\x1b]0;owned\x07\x1b[2J"
+    run = tmp_path / "run\x1b[31m.json"
+    write_document(plot_data.document(records), run, overwrite=False)
+    for files in ([run], [run, run]):
+        done = _cli("plot", *map(str, files), "--out", str(tmp_path / "plots"))
+        assert done.returncode == 0, done.stderr
+        assert "wrote" in done.stdout and "\x1b" not in done.stdout, done.stdout
+        assert "\x07" not in done.stdout
+
+
 def test_missing_matplotlib_names_the_extra(tmp_path):
     # A matplotlib that cannot be imported, first on the path: as if it were not installed.
     fake = tmp_path / "fake"

@@ -82,6 +82,7 @@ class RunResult:
     stacks: dict[int, str] = field(default_factory=dict)
     output: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    forkserver_gone: int | None = None  # local mode: the pid of the ranks' dead forkserver
 
     @property
     def clean(self) -> bool:
@@ -247,8 +248,13 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
     """Why the test failed in its ranks ("" if it did not): deaths, tracebacks tagged with
     their rank (the first to fail first), a hang's stacks, the ranks released or stopped."""
     parts = []
+    if result.forkserver_gone is not None:
+        ranks = ", ".join(map(str, sorted(result.died)))
+        parts.append(f"the forkserver that forked the ranks (pid {result.forkserver_gone}) died; "
+                     f"rank(s) {ranks} died with it (multiprocessing says exit code 255 for each)")
     for r, code in sorted(result.died.items()):
-        parts.append(f"rank {r} died during the test: {describe_exit(code)}")
+        if result.forkserver_gone is None:
+            parts.append(f"rank {r} died during the test: {describe_exit(code)}")
     failed = sorted((result.failure_order.get(r, 0), r) for r, o in result.outcomes.items()
                     if o.status == "failed")
     for position, (_, r) in enumerate(failed):

@@ -51,12 +51,21 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
             os._exit(0)
         if isinstance(message, Shutdown):
             rank.close(message.timeout_s)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_output()
             os._exit(0)
         outcome = rank.run(message)
         with rank.send_lock:
             conn.send(outcome)
+
+
+def _flush_output() -> None:
+    """Flush stdout and stderr; a stream whose descriptor the test closed (or replaced) is
+    dropped, not raised: the error would take the place of the test's own outcome."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _redirect_output(path: str) -> None:
@@ -190,8 +199,7 @@ class Rank:
             self._stop_rpc(graceful=False)
             return TestOutcome(rank=self.spec.rank, status="failed", message=message)
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_output()
         return TestOutcome(
             rank=self.spec.rank, status="passed", measurements=distbench.measurements
         )

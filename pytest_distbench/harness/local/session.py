@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
+import os
 import shutil
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
+from .leftovers import hold, make_capture_dir, remove_leftovers
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .netns import PrivateNetwork
 from .world import World, WorldKey, WorldStartError
@@ -45,6 +47,10 @@ class LocalSession(Session):
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
+        remove_leftovers()  # what sessions killed by SIGKILL left in the temporary directory
+        # Held while this session lives: its folders are not leftovers (leftovers.py). The
+        # forkserver's socket goes in multiprocessing's folder of this process.
+        self._owner_locks = [hold(Path(multiprocessing.util.get_temp_dir()))]
 
     # -- worlds -------------------------------------------------------------------------------
 
@@ -109,7 +115,12 @@ class LocalSession(Session):
 
     def _captures(self) -> Path:
         if self._capture_dir is None:
-            self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
+            self._capture_dir, lock = make_capture_dir()
+            self._owner_locks.append(lock)
+        else:
+            # Made again where a cleaner (or a test body) removed it: a rank that cannot open
+            # its log dies before it can say why.
+            self._capture_dir.mkdir(mode=0o700, exist_ok=True)
         return self._capture_dir
 
     def announce_oversubscription(self, world_sizes: Any) -> list[str]:
@@ -149,6 +160,10 @@ class LocalSession(Session):
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None
+        for lock in self._owner_locks:
+            if lock is not None:
+                os.close(lock)
+        self._owner_locks.clear()
 
     def environment_facts(self) -> dict[str, Any]:
         facts = {"launcher": {"name": "local", "hosts": [socket.gethostname()]},

@@ -74,6 +74,32 @@ def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
     return (usable[0],) if bind == "pack" else (usable[rank % len(usable)],)
 
 
+# What multiprocessing reports for a process whose forkserver closed its status pipe unsaid.
+FORKSERVER_GONE_CODE = 255
+
+
+def _proc_stat(pid: int | None, index: int) -> str | None:
+    """Field `index` after the command of /proc/PID/stat (0: state, 1: parent); None when the
+    process is gone or there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return text.rsplit(")", 1)[1].split()[index]
+
+
+def _exited(pid: int, wait_s: float = 1.0) -> bool:
+    """Whether the process `pid` has ended (a zombie, or gone), waiting up to `wait_s` for
+    one that is exiting: its children die (parent-death signal) before it becomes a zombie,
+    and until then multiprocessing would take the forkserver for alive and connect to it."""
+    deadline = time.monotonic() + wait_s
+    while _proc_stat(pid, 0) not in (None, "Z", "X"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class WorldStartError(Exception):
     pass
 
@@ -181,6 +207,9 @@ class World:
                 self.info[r] = message.info
                 pending.discard(r)
         self.start_s = time.perf_counter() - began
+        # The forkserver forked every rank: its death kills them (their parent-death signal)
+        # and multiprocessing then reports each one as "exit code 255".
+        self.forkserver_pid = _proc_stat(self.processes[0].pid, 1)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Shut down in order (RPC, process group), then make sure nothing is left."""
@@ -254,6 +283,9 @@ class World:
                     failed = message.status != "passed"
                 else:
                     result.died[r] = self.processes[r].exitcode
+                    if (result.died[r] == FORKSERVER_GONE_CODE and self.forkserver_pid
+                            and _exited(int(self.forkserver_pid))):
+                        result.forkserver_gone = int(self.forkserver_pid)
                     failed = True
                 if failed and grace_deadline is None:
                     grace_deadline = time.monotonic() + FAILURE_GRACE_S

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from ... import registry
+from ..document.io import append_output
 from . import table
 
 
@@ -74,9 +74,12 @@ def _cell(value: Any) -> str:
 
 
 def append(path: str | os.PathLike[str], text: str) -> None:
-    """Append to `path` (GITHUB_STEP_SUMMARY is shared by every step of a job)."""
-    target = Path(path)
-    with target.open("a", encoding="utf-8") as f:
-        if target.stat().st_size and not text.startswith("\n"):
-            f.write("\n")
-        f.write(text)
+    """Append to `path` (GITHUB_STEP_SUMMARY is shared by every step of a job); a device or
+    a FIFO is written through, never replaced."""
+    try:
+        earlier = os.stat(path).st_size  # 0 for a device or a FIFO
+    except FileNotFoundError:
+        earlier = 0
+    if earlier and not text.startswith("\n"):
+        text = "\n" + text
+    append_output(path, text.encode("utf-8"))

@@ -8,6 +8,7 @@ No torch import: `pytest-distbench plot run.json` works where torch is not insta
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import units
+from ..document.io import write_output
 from ..document.schema import is_figure
 from ..statistics.ratio import ratio_interval
 from .plot_spec import (
@@ -209,9 +211,19 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
              va="bottom",
              fontsize="x-small", color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
     return Rendered(path, title, tuple(series_names), tuple(counts))
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    # Drawn in memory, then written as every output is (document/io.py): a symlink, a device
+    # or a FIFO where the PNG goes is written through, never replaced by a file.
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    write_output(path, buffer.getvalue())
 
 
 def _legend(ax: Any, banded_labels: set[str]) -> None:
@@ -457,8 +469,7 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
         name = "comparison" if number == 1 else f"comparison-{number}"
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        _save(plt, fig, path)
         written.append(Rendered(path, title, tuple(kinds), (len(page),)))
     return written
 

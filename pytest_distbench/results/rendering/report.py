@@ -330,10 +330,15 @@ def _detectable(v: Verdict) -> str:
     return f">={text}" if v.z is None else text
 
 
+def printable(value: Any) -> str:
+    """Text from a file that may be foreign or hostile, safe on a terminal: each control
+    character (an escape sequence's start) shown as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in str(value))
+
+
 def _text(value: Any, markdown: bool) -> str:
-    # Names come from files that may be foreign or hostile: no control characters for the
-    # terminal, no pipes that would split a markdown cell.
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    # No pipes that would split a markdown cell either.
+    text = printable(value)
     if markdown:
         text = text.replace("\\", "\\\\").replace("|", "\\|")
     return text
