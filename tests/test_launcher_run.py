@@ -150,6 +150,21 @@ def test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies(
         f"test_passes[gloo-ws{nproc}]::barrier"]
 
 
+def test_torchrun_ends_xfail_and_a_skip_in_one_rank_as_pytest_would(pytester, leak_tag):
+    """A skip in rank 2 only is a skip naming it, not rank 0's gloo error after rank 2 released
+    it; pytest.xfail is an xfail on every rank (local mode: test_plugin_failures.py)."""
+    from test_plugin_failures import AFTER, RANKS_END_EARLY
+
+    pytester.makepyfile(textwrap.dedent(RANKS_END_EARLY) + AFTER)
+    [done] = run_all([(TORCHRUN + ["--standalone", "--nproc-per-node=3", "-m", "pytest",
+                                   "-p", "no:cacheprovider", "--distbench", "-rsx"], {})],
+                     pytester.path, timeout=150)
+    assert done.returncode == 0, done.output
+    assert "1 passed, 1 skipped, 1 xfailed" in done.output, done.output
+    assert re.search(r"XFAIL \S+test_xfails\S* - known to fail here", done.output), done.output
+    assert "this rank lacks a feature (in ranks [2] of 3 only)" in done.output, done.output
+
+
 def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
     """Two torchrun agents, one per "node", meet at a c10d rendezvous and form one world."""
     pytester.makepyfile(BENCH)

@@ -149,7 +149,7 @@ class Rank:
         return rank_environment(self.spec.backend, self.device)
 
     def run(self, task: RunTest) -> TestOutcome:
-        from _pytest.outcomes import Skipped
+        from _pytest.outcomes import Skipped, XFailed
 
         self.tests_run += 1
         try:
@@ -164,9 +164,10 @@ class Rank:
                 distbench = self._distbench(task)
             function(**kwargs)
             self._stop_rpc(graceful=True)
-        except Skipped as exc:
+        except (Skipped, XFailed) as exc:  # pytest.skip or pytest.xfail in the body
             self._stop_rpc(graceful=False)
-            return TestOutcome(rank=self.spec.rank, status="skipped", message=str(exc.msg))
+            status = "xfailed" if isinstance(exc, XFailed) else "skipped"
+            return TestOutcome(rank=self.spec.rank, status=status, message=str(exc.msg))
         except BaseException:
             message = _format_exception(task)
             self._stop_rpc(graceful=False)

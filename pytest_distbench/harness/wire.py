@@ -161,7 +161,7 @@ class Measurement:
 @dataclass
 class TestOutcome:
     rank: int
-    status: str  # "passed", "failed" or "skipped"
+    status: str  # "passed", "failed", "skipped" or "xfailed" (pytest.xfail in the body)
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
 

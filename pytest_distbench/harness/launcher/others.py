@@ -99,6 +99,8 @@ class OtherRankSession(LauncherSession):
             pytest.fail(outcome.message, pytrace=False)
         if outcome.status == "skipped":
             pytest.skip(outcome.message)
+        if outcome.status == "xfailed":
+            pytest.xfail(outcome.message)
         return []
 
     def settle(self) -> None:

@@ -140,6 +140,8 @@ class RankZeroSession(LauncherSession):
             pytest.fail(verdict.message, pytrace=False)
         if verdict.status == "skipped":
             pytest.skip(verdict.message)
+        if verdict.status == "xfailed":
+            pytest.xfail(verdict.message)
         return []  # kept and gated in _judge, before the verdict
 
     def _send_verdict(self, running: hang.Running, verdict: wire.Verdict) -> None:
@@ -170,6 +172,8 @@ class RankZeroSession(LauncherSession):
             records = judge(item, key, run_result(posted), settings, live_reports=live,
                             keep=self.records)
             self.gate_check(item, records, settings)
+        except pytest.xfail.Exception as exc:  # before pytest.fail's: XFailed is a Failed
+            verdict.status, verdict.message = "xfailed", str(exc.msg)
         except pytest.fail.Exception as exc:
             verdict.status, verdict.message = "failed", str(exc.msg)
         except pytest.skip.Exception as exc:
@@ -259,5 +263,6 @@ def run_result(posted: dict[int, wire.Outcome]) -> RunResult:
                                  measurements=[Measurement(**m) for m in o.measurements])
                   for r, o in posted.items()},
         output={r: o.output for r, o in posted.items() if o.output},
-        failure_order={r: o.order or 0 for r, o in posted.items() if o.status == "failed"},
+        # Also of the ranks that skipped: a failure after their release is not one (judge).
+        failure_order={r: o.order or 0 for r, o in posted.items() if o.status != "passed"},
         releasers=[r for r, o in sorted(posted.items()) if o.released])
