@@ -165,6 +165,18 @@ def test_torchrun_ends_xfail_and_a_skip_in_one_rank_as_pytest_would(pytester, le
     assert "this rank lacks a feature (in ranks [2] of 3 only)" in done.output, done.output
 
 
+def test_a_forked_child_never_answers_for_its_rank_in_launcher_mode(pytester, leak_tag):
+    from test_plugin_failures import AFTER, FORKS
+
+    pytester.makepyfile(textwrap.dedent(FORKS) + AFTER)
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench", "--distbench-timeout=30"],
+                   timeout=100)
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].output + ranks[1].output
+    assert "1 failed, 1 passed" in ranks[0].output, ranks[0].output
+    assert ranks[0].output.count("test session starts") == 1  # no child ran the session
+    assert "[rank 1] AssertionError: the rank's own process answers" in ranks[0].output
+
+
 def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
     """Two torchrun agents, one per "node", meet at a c10d rendezvous and form one world."""
     pytester.makepyfile(BENCH)

@@ -164,6 +164,28 @@ def test_xfail_and_a_skip_in_one_rank_end_the_test_as_pytest_would(pytester, dis
         ["SKIPPED *this rank lacks a feature (in ranks [[]1[]] of 2 only)*"])
 
 
+FORKS = """
+    import os, pytest, torch, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_forks(distbench):
+        pid = os.fork()
+        if pid == 0:
+            return  # the child comes back into the harness
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        raise AssertionError("the rank's own process answers")
+"""
+
+
+def test_a_forked_child_never_answers_for_its_rank(pytester, distbench_run):
+    """A child that a body forked and that returns exits at once; the rank's own process
+    reports (the same in launcher mode: test_launcher_run.py)."""
+    pytester.makepyfile(textwrap.dedent(FORKS) + AFTER)
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-timeout=30")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*[[]rank 1[]] AssertionError: the rank's own process answers*"])
+
+
 def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_run):
     pytester.makepyfile(
         textwrap.dedent("""
