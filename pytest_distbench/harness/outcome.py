@@ -132,14 +132,8 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
         if name in RANK_FIXTURES and isinstance(value, RankLocal):
             rank_fixtures.append(name)
             continue
-        try:
-            pickle.dumps(value)
-        except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
-            pytest.fail(
-                f"argument {name!r} cannot be sent to the ranks ({type(exc).__name__}: {exc}); "
-                "parametrize and fixture values of a distbench test must be picklable",
-                pytrace=False,
-            )
+        _check_sendable(value, f"argument {name!r}", "parametrize and fixture values of a "
+                        "distbench test must be picklable")
         kwargs[name] = value
     module = item.module
     return RunTest(
@@ -165,7 +159,28 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
             cuda_graph=settings.cuda_graph,
         ),
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
+        instance_state=_instance_state(item),
     )
+
+
+def _check_sendable(value: Any, what: str, rule: str) -> None:
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+        pytest.fail(f"{what} cannot be sent to the ranks ({type(exc).__name__}: {exc}); {rule}",
+                    pytrace=False)
+
+
+def _instance_state(item: pytest.Function) -> dict[str, Any]:
+    """A test method's instance attributes, as its set-up left them (setup_method, a class
+    fixture writing to `self`): every rank's fresh instance gets a copy."""
+    instance = getattr(item, "instance", None)
+    state = dict(getattr(instance, "__dict__", None) or {})
+    for name, value in state.items():
+        _check_sendable(value, f"attribute self.{name} of {type(instance).__name__}",
+                        "each rank gets a copy of the test instance's attributes, which must "
+                        "be picklable (docs/user-guide.md, \"Test classes\")")
+    return state
 
 
 def _pressure_settings(settings: Settings) -> PressureSettings | None:

@@ -306,6 +306,8 @@ def _resolve(task: RunTest) -> Any:
         target = getattr(target, part)
         if isinstance(target, type) and i < len(parts) - 1:
             target = target()  # a test class: pytest calls methods on a fresh instance
+            if i == len(parts) - 2:  # the method's own: as the test's set-up left it
+                target.__dict__.update(task.instance_state)
     return target
 
 

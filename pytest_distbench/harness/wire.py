@@ -89,6 +89,9 @@ class RunTest:
     rank_fixtures: tuple[str, ...]
     settings: MeasureSettings
     sys_path: tuple[str, ...]
+    # A test method's instance as its set-up left it (setup_method's `self.x`): its
+    # attributes, set on the fresh instance a rank builds.
+    instance_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
