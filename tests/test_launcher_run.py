@@ -150,6 +150,31 @@ def test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies(
         f"test_passes[gloo-ws{nproc}]::barrier"]
 
 
+def test_a_child_the_body_terminates_is_not_the_launchers_sigterm(pytester, leak_tag):
+    """Each rank reads the launcher's SIGTERM in a thread: a child forked by a body gets
+    SIGTERM's default back, so terminate() ends it and the rank does not take it for a stop."""
+    pytester.makepyfile(textwrap.dedent("""
+        import multiprocessing, time, pytest, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_terminates_a_child(distbench):
+            child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+            child.start()
+            time.sleep(0.3)
+            child.terminate()
+            child.join(10)
+            assert child.exitcode == -15
+            dist.barrier()
+
+        @pytest.mark.distbench
+        def test_after(distbench):
+            dist.barrier()
+    """))
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench"], timeout=100)
+    assert [r.returncode for r in ranks] == [0, 0], ranks[0].output + ranks[1].output
+    assert "2 passed" in ranks[0].output
+
+
 def test_torchrun_ends_xfail_and_a_skip_in_one_rank_as_pytest_would(pytester, leak_tag):
     """A skip in rank 2 only is a skip naming it, not rank 0's gloo error after rank 2 released
     it; pytest.xfail is an xfail on every rank (local mode: test_plugin_failures.py)."""

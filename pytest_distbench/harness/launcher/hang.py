@@ -261,6 +261,7 @@ class LauncherStop:
             return
         self._write_fd = write_fd
         signal.signal(signal.SIGTERM, _caught)
+        _reset_in_children()
         threading.Thread(target=self._read, args=(read_fd,), name="distbench-sigterm",
                          daemon=True).start()
 
@@ -287,6 +288,26 @@ class LauncherStop:
 def _caught(signum: int, frame: Any) -> None:
     """SIGTERM's Python handler: nothing to do in the main thread (LauncherStop's thread acts);
     what the main thread was doing goes on until that thread ends the process."""
+
+
+_resetting = False
+
+
+def _reset_in_children() -> None:
+    """A child a test body forks (multiprocessing's fork) gets SIGTERM's default back: with the
+    handler it would ignore `terminate()`, and write to the wakeup pipe it shares with its
+    rank, which would take the child's SIGTERM for the launcher's."""
+    global _resetting
+    if _resetting:
+        return
+    _resetting = True
+
+    def reset() -> None:
+        if signal.getsignal(signal.SIGTERM) is _caught:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+
+    os.register_at_fork(after_in_child=reset)
 
 
 def report_hang_and_exit(config: Any, session: Any, running: Running, message: str,
