@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 import torch
-from launching import PYTEST, TORCHRUN, free_port, launch, read_results, run_all
+from launching import PYTEST, TORCHRUN, benchmark_ids, free_port, launch, read_results, run_all
 
 BENCH = textwrap.dedent("""
     import os, pytest, torch, torch.distributed as dist
@@ -95,6 +95,111 @@ def test_torchrun_keeps_rank_0s_report_when_a_test_fails_on_another_rank(pyteste
     # torchrun stops the ranks still running once one exits non-zero: rank 0 is not among
     # them, it exits with its own status once its report is out.
     assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s*exitcode\s*: 1 ", done.output), done.output
+
+
+DIES_UNDER_TORCHRUN = """
+    import ctypes, os, signal, time, pytest, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_passes(distbench):
+        distbench.measure(dist.barrier, name="barrier")
+
+    @pytest.mark.distbench
+    def test_rank_1_dies(distbench):
+        for i in range(60):
+            time.sleep(0.5)
+            if distbench.rank == 1 and i == 2:
+                {death}
+            if {communicate}:
+                dist.barrier()
+
+    @pytest.mark.distbench
+    def test_never_reached(distbench):
+        pass
+"""
+
+
+@pytest.mark.parametrize("nproc, death, communicate", [
+    (2, "os.kill(os.getpid(), signal.SIGKILL)", True),
+    # No collective fails on rank 0: only the launcher's SIGTERM tells it; rank 2, stopped
+    # by the launcher, is not named dead.
+    (3, "os.kill(os.getpid(), signal.SIGKILL)", False),
+    pytest.param(2, "ctypes.string_at(0)", True, marks=pytest.mark.extended),
+], ids=["sigkill", "sigkill-no-collective-3-ranks", "segfault"])
+def test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies(
+        pytester, leak_tag, nproc, death, communicate):
+    """torchrun SIGTERMs the survivors about 0.1 s after a rank dies (and SIGKILLs them 30 s
+    later): rank 0 reports the dead rank, keeps the test that passed and writes the results
+    file before it exits, within that grace."""
+    pytester.makepyfile(textwrap.dedent(DIES_UNDER_TORCHRUN).format(
+        death=death, communicate=communicate))
+    path = pytester.path / "k.json"
+    [done] = run_all([(TORCHRUN + ["--standalone", f"--nproc-per-node={nproc}", "-m", "pytest",
+                                   "-p", "no:cacheprovider", "--distbench", "-rA",
+                                   "--distbench-iterations=5", f"--distbench-json={path}"],
+                       {})], pytester.path, timeout=150)
+    assert done.returncode != 0
+    assert "rank 1 (" in done.output and ") died during the test: its connection to rank 0 " \
+        "closed" in done.output, done.output
+    assert "1 failed, 1 passed, 1 skipped" in done.output, done.output
+    assert "not run: test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies.py::" \
+        "test_rank_1_dies" in done.output
+    assert "rank 2 (" not in done.output  # stopped by torchrun, not dead
+    assert "forcefully exiting" not in done.output  # rank 0 was done before torchrun's SIGKILL
+    assert [i.split("::", 1)[-1] for i in benchmark_ids(path)] == [
+        f"test_passes[gloo-ws{nproc}]::barrier"]
+
+
+def test_a_child_the_body_terminates_is_not_the_launchers_sigterm(pytester, leak_tag):
+    """Each rank reads the launcher's SIGTERM in a thread: a child forked by a body gets
+    SIGTERM's default back, so terminate() ends it and the rank does not take it for a stop."""
+    pytester.makepyfile(textwrap.dedent("""
+        import multiprocessing, time, pytest, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_terminates_a_child(distbench):
+            child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+            child.start()
+            time.sleep(0.3)
+            child.terminate()
+            child.join(10)
+            assert child.exitcode == -15
+            dist.barrier()
+
+        @pytest.mark.distbench
+        def test_after(distbench):
+            dist.barrier()
+    """))
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench"], timeout=100)
+    assert [r.returncode for r in ranks] == [0, 0], ranks[0].output + ranks[1].output
+    assert "2 passed" in ranks[0].output
+
+
+def test_torchrun_ends_xfail_and_a_skip_in_one_rank_as_pytest_would(pytester, leak_tag):
+    """A skip in rank 2 only is a skip naming it, not rank 0's gloo error after rank 2 released
+    it; pytest.xfail is an xfail on every rank (local mode: test_plugin_failures.py)."""
+    from test_plugin_failures import AFTER, RANKS_END_EARLY
+
+    pytester.makepyfile(textwrap.dedent(RANKS_END_EARLY) + AFTER)
+    [done] = run_all([(TORCHRUN + ["--standalone", "--nproc-per-node=3", "-m", "pytest",
+                                   "-p", "no:cacheprovider", "--distbench", "-rsx"], {})],
+                     pytester.path, timeout=150)
+    assert done.returncode == 0, done.output
+    assert "1 passed, 1 skipped, 1 xfailed" in done.output, done.output
+    assert re.search(r"XFAIL \S+test_xfails\S* - known to fail here", done.output), done.output
+    assert "this rank lacks a feature (in ranks [2] of 3 only)" in done.output, done.output
+
+
+def test_a_forked_child_never_answers_for_its_rank_in_launcher_mode(pytester, leak_tag):
+    from test_plugin_failures import AFTER, FORKS
+
+    pytester.makepyfile(textwrap.dedent(FORKS) + AFTER)
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench", "--distbench-timeout=30"],
+                   timeout=100)
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].output + ranks[1].output
+    assert "1 failed, 1 passed" in ranks[0].output, ranks[0].output
+    assert ranks[0].output.count("test session starts") == 1  # no child ran the session
+    assert "[rank 1] AssertionError: the rank's own process answers" in ranks[0].output
 
 
 def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):

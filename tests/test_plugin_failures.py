@@ -138,6 +138,54 @@ def test_skip_inside_ranks_skips_the_test(pytester, distbench_run):
     result.stdout.fnmatch_lines(["*needs a feature this machine lacks*"])
 
 
+RANKS_END_EARLY = """
+    import pytest, torch, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_xfails(distbench):
+        pytest.xfail("known to fail here")
+
+    @pytest.mark.distbench
+    def test_skips_in_the_last_rank_only(distbench):
+        if distbench.rank == distbench.world_size - 1:
+            pytest.skip("this rank lacks a feature")
+        dist.barrier()  # the others wait here for the rank that skipped
+"""
+
+
+def test_xfail_and_a_skip_in_one_rank_end_the_test_as_pytest_would(pytester, distbench_run):
+    """pytest.xfail in a body is an xfail with its reason, not a failure; a skip in some ranks
+    only skips the test, naming them (the same under torchrun: test_launcher_run.py)."""
+    pytester.makepyfile(textwrap.dedent(RANKS_END_EARLY) + AFTER)
+    result = distbench_run("--distbench", "--world-size=2", "-rsx")
+    result.assert_outcomes(passed=1, skipped=1, xfailed=1)
+    result.stdout.fnmatch_lines(["XFAIL *test_xfails*known to fail here*"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED *this rank lacks a feature (in ranks [[]1[]] of 2 only)*"])
+
+
+FORKS = """
+    import os, pytest, torch, torch.distributed as dist
+
+    @pytest.mark.distbench
+    def test_forks(distbench):
+        pid = os.fork()
+        if pid == 0:
+            return  # the child comes back into the harness
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        raise AssertionError("the rank's own process answers")
+"""
+
+
+def test_a_forked_child_never_answers_for_its_rank(pytester, distbench_run):
+    """A child that a body forked and that returns exits at once; the rank's own process
+    reports (the same in launcher mode: test_launcher_run.py)."""
+    pytester.makepyfile(textwrap.dedent(FORKS) + AFTER)
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-timeout=30")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*[[]rank 1[]] AssertionError: the rank's own process answers*"])
+
+
 def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_run):
     pytester.makepyfile(
         textwrap.dedent("""

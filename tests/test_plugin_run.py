@@ -37,6 +37,39 @@ def test_body_runs_in_every_rank_with_controller_values(pytester, distbench_run)
     assert len({c[2] for c in contents}) == 5  # five distinct processes
 
 
+def test_a_test_class_set_up_reaches_the_ranks(pytester, distbench_run):
+    """setup_method's `self.x` is on the instance each rank calls the method on; an attribute
+    that cannot be sent fails the test naming it and the limit."""
+    pytester.makepyfile(
+        """
+        import threading, pytest, torch.distributed as dist
+
+        @pytest.mark.distbench
+        class TestSetUp:
+            def setup_method(self, method):
+                self.sizes = {"small": 4}
+
+            def test_sees_set_up(self, distbench):
+                assert self.sizes == {"small": 4}
+                self.sizes["small"] = distbench.rank  # a copy: no rank sees another's
+                dist.barrier()
+
+        @pytest.mark.distbench
+        class TestUnsendable:
+            def setup_method(self, method):
+                self.lock = threading.Lock()
+
+            def test_never_runs(self, distbench):
+                pass
+        """
+    )
+    result = distbench_run("--distbench", "--world-size=2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*attribute self.lock of TestUnsendable cannot be sent to the ranks (TypeError: *); "
+        "each rank gets a copy of the test instance's attributes, which must be picklable*"])
+
+
 def test_tcp_store_and_rpc_agent_fixtures(pytester, distbench_run):
     pytester.makepyfile(
         """

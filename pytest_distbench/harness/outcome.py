@@ -76,7 +76,7 @@ class RunResult:
     hung: list[int] = field(default_factory=list)  # silent at the deadline
     stopped: list[int] = field(default_factory=list)  # still running after a failure: killed
     # Launcher mode: ranks that closed their process group to release the others, and the
-    # order in which the failed ranks failed (the first to fail is the cause).
+    # order in which the ranks that did not pass ended (the first to fail is the cause).
     releasers: list[int] = field(default_factory=list)
     failure_order: dict[int, int] = field(default_factory=dict)
     stacks: dict[int, str] = field(default_factory=dict)
@@ -134,14 +134,8 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
         if name in RANK_FIXTURES and isinstance(value, RankLocal):
             rank_fixtures.append(name)
             continue
-        try:
-            pickle.dumps(value)
-        except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
-            pytest.fail(
-                f"argument {name!r} cannot be sent to the ranks ({type(exc).__name__}: {exc}); "
-                "parametrize and fixture values of a distbench test must be picklable",
-                pytrace=False,
-            )
+        _check_sendable(value, f"argument {name!r}", "parametrize and fixture values of a "
+                        "distbench test must be picklable")
         kwargs[name] = value
     module = item.module
     return RunTest(
@@ -167,7 +161,28 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
             cuda_graph=settings.cuda_graph,
         ),
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
+        instance_state=_instance_state(item),
     )
+
+
+def _check_sendable(value: Any, what: str, rule: str) -> None:
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+        pytest.fail(f"{what} cannot be sent to the ranks ({type(exc).__name__}: {exc}); {rule}",
+                    pytrace=False)
+
+
+def _instance_state(item: pytest.Function) -> dict[str, Any]:
+    """A test method's instance attributes, as its set-up left them (setup_method, a class
+    fixture writing to `self`): every rank's fresh instance gets a copy."""
+    instance = getattr(item, "instance", None)
+    state = dict(getattr(instance, "__dict__", None) or {})
+    for name, value in state.items():
+        _check_sendable(value, f"attribute self.{name} of {type(instance).__name__}",
+                        "each rank gets a copy of the test instance's attributes, which must "
+                        "be picklable (docs/user-guide.md, \"Test classes\")")
+    return state
 
 
 def _pressure_settings(settings: Settings) -> PressureSettings | None:
@@ -199,12 +214,13 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
     shown = prefix_output(result.output)
     if shown:
         item.add_report_section("call", f"{variant} ranks" if variant else "ranks", shown)
-    failure = describe_problems(result, settings.timeout)
+    ended = {r for r, o in result.outcomes.items() if o.status in ENDED_EARLY}
+    failure = "" if only_released_by(result, ended) else describe_problems(
+        result, settings.timeout)
     if failure:
         pytest.fail(label + failure, pytrace=False)
-    if any(o.status == "skipped" for o in result.outcomes.values()):
-        reasons = sorted({o.message for o in result.outcomes.values() if o.message})
-        pytest.skip(label + ("; ".join(reasons) or "skipped in a rank"))
+    if ended:
+        end_early(result, ended, key.world_size, label)
     records = build_records(item, key, result, settings)
     for record, measurement in zip(records, result.outcomes[0].measurements, strict=True):
         reports = (live_reports or {}).get(measurement.name)
@@ -225,6 +241,35 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             pytrace=False,
         )
     return records
+
+
+ENDED_EARLY = ("skipped", "xfailed")  # pytest.skip, pytest.xfail in a body
+
+
+def only_released_by(result: RunResult, ended: set[int]) -> bool:
+    """Whether every rank that failed did so after a rank in `ended` (it skipped or xfailed)
+    released it from a collective: launcher mode, where a rank that leaves a test early closes
+    its process group after the grace. Their errors are the skip's consequence, not a failure
+    (a local world stops such ranks instead)."""
+    if not ended or not result.releasers or not set(result.releasers) <= ended:
+        return False
+    if result.died or result.hung:
+        return False
+    first = min(result.failure_order.get(r, 0) for r in result.releasers)
+    return all(result.failure_order.get(r, 0) > first
+               for r, o in result.outcomes.items() if o.status == "failed")
+
+
+def end_early(result: RunResult, ended: set[int], world_size: int, label: str = "") -> None:
+    """A test that some rank skipped or xfailed is skipped (xfailed, when one rank xfailed) in
+    every mode, with the reasons, and which ranks when not all of them."""
+    reasons = sorted({result.outcomes[r].message for r in ended if result.outcomes[r].message})
+    text = "; ".join(reasons) or "skipped in a rank"
+    if len(ended) < world_size:
+        text += f" (in ranks {sorted(ended)} of {world_size} only)"
+    if any(result.outcomes[r].status == "xfailed" for r in ended):
+        pytest.xfail(label + text)
+    pytest.skip(label + text)
 
 
 def _mark_invalid(records: list[dict[str, Any]]) -> str:

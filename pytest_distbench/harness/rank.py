@@ -148,6 +148,9 @@ class Rank:
             # another (possibly halted, virtual) CPU.
             pin_threads(spec.cpus, every_thread=spec.pin_threads)
         self.tests_run = 0
+        # Only this process reports for the rank: a body's forked child that returns into the
+        # harness must not (it would answer for the rank while the rank still runs).
+        self.pid = os.getpid()
         self.rpc_name: str | None = None
         # Launcher mode's rank 0 reports for itself (no controller pipe): where its Progress
         # messages go during the current test.
@@ -177,7 +180,7 @@ class Rank:
         return outcome
 
     def _run_body(self, task: RunTest) -> TestOutcome:
-        from _pytest.outcomes import Skipped
+        from _pytest.outcomes import Skipped, XFailed
 
         try:
             function = _resolve(task)
@@ -189,11 +192,12 @@ class Rank:
                     distbench = kwargs[name]
             if distbench is None:
                 distbench = self._distbench(task)
-            function(**kwargs)
+            self._call_body(function, kwargs)
             self._stop_rpc(graceful=True)
-        except Skipped as exc:
+        except (Skipped, XFailed) as exc:  # pytest.skip or pytest.xfail in the body
             self._stop_rpc(graceful=False)
-            return TestOutcome(rank=self.spec.rank, status="skipped", message=str(exc.msg))
+            status = "xfailed" if isinstance(exc, XFailed) else "skipped"
+            return TestOutcome(rank=self.spec.rank, status=status, message=str(exc.msg))
         except BaseException:
             message = _format_exception(task)
             self._stop_rpc(graceful=False)
@@ -203,6 +207,18 @@ class Rank:
         return TestOutcome(
             rank=self.spec.rank, status="passed", measurements=distbench.measurements
         )
+
+    def _call_body(self, function: Any, kwargs: dict[str, Any]) -> None:
+        """The test body; a child it forked that comes back here exits at once, silently
+        (its exit status is its parent's to read: 0 if the body returned, 1 if it raised)."""
+        try:
+            function(**kwargs)
+        except BaseException:
+            if os.getpid() != self.pid:
+                os._exit(1)
+            raise
+        if os.getpid() != self.pid:
+            os._exit(0)
 
     def _distbench(self, task: RunTest) -> Any:
         from .measure import Distbench
@@ -316,6 +332,8 @@ def _resolve(task: RunTest) -> Any:
         target = getattr(target, part)
         if isinstance(target, type) and i < len(parts) - 1:
             target = target()  # a test class: pytest calls methods on a fresh instance
+            if i == len(parts) - 2:  # the method's own: as the test's set-up left it
+                target.__dict__.update(task.instance_state)
     return target
 
 

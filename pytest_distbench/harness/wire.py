@@ -89,6 +89,9 @@ class RunTest:
     rank_fixtures: tuple[str, ...]
     settings: MeasureSettings
     sys_path: tuple[str, ...]
+    # A test method's instance as its set-up left it (setup_method's `self.x`): its
+    # attributes, set on the fresh instance a rank builds.
+    instance_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ class Measurement:
 @dataclass
 class TestOutcome:
     rank: int
-    status: str  # "passed", "failed" or "skipped"
+    status: str  # "passed", "failed", "skipped" or "xfailed" (pytest.xfail in the body)
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
     # Why this rank's world cannot host another test ("" when it can): the test destroyed its

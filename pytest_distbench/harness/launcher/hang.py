@@ -10,11 +10,18 @@ puts one in the store when the test hung or took over half its timeout); on "hun
 its main thread's stack, waits for rank 0 to finish reporting and exits
 non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
 non-zero by itself.
+
+A launcher that stops the run (torchrun sends SIGTERM to every rank about 0.1 s after one
+dies, and SIGKILL 30 s later) ends it the same way: LauncherStop sees the SIGTERM in a thread of
+its own, rank 0's deadline watch fires at once and reports (the dead ranks named, the tests
+that passed kept, every requested output written), and the other ranks stay until rank 0 has
+exited, so that rank 0 tells the rank that died from those the launcher stopped.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -117,6 +124,7 @@ class _Watch:
         self._idle = True
         self._fired = False
         self._stopped = False
+        self._now = False  # expire_now: every test armed is past its deadline
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -139,6 +147,12 @@ class _Watch:
             self._stopped = True
             self._cond.notify_all()
 
+    def expire_now(self) -> None:
+        """The armed test, and any armed later, is past its deadline now."""
+        with self._cond:
+            self._now = True
+            self._cond.notify_all()
+
     def _claim(self, running: Running) -> bool:
         with self._cond:
             if self._running is not running or self._fired:
@@ -158,8 +172,8 @@ class _Watch:
                     self._cond.wait()
                     self._idle = False
                     continue
-                remaining = running.started + running.timeout_s + self._extra_s - (
-                    time.monotonic())
+                remaining = 0.0 if self._now else (
+                    running.started + running.timeout_s + self._extra_s - time.monotonic())
                 if remaining > 0:
                     self._cond.wait(remaining)
                     continue
@@ -223,9 +237,84 @@ class VerdictWatch(_Watch):
                                 f"{running.item.nodeid}: {why}; exiting")
 
 
-def report_hang_and_exit(config: Any, session: Any, running: Running, message: str) -> None:
+class LauncherStop:
+    """The launcher's SIGTERM, acted on by `on_stop` in a thread of its own.
+
+    Python runs a signal's handler in the main thread only, and only between bytecodes: a main
+    thread inside a collective with a dead rank may not get there before the launcher's
+    SIGKILL. The interpreter also writes the number of each signal it catches to its wakeup
+    descriptor, at once, from any thread: this class reads it. Left alone (inactive) where
+    someone else already handles SIGTERM or uses the wakeup descriptor."""
+
+    def __init__(self, on_stop: Callable[[], None]) -> None:
+        self._on_stop = on_stop
+        self._write_fd: int | None = None
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)  # the interpreter's write must never block
+        if signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False) != -1:
+            signal.set_wakeup_fd(-1)  # taken (an asyncio loop in the main thread): leave it
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        self._write_fd = write_fd
+        signal.signal(signal.SIGTERM, _caught)
+        _reset_in_children()
+        threading.Thread(target=self._read, args=(read_fd,), name="distbench-sigterm",
+                         daemon=True).start()
+
+    def _read(self, read_fd: int) -> None:
+        stopped = False
+        try:
+            while data := os.read(read_fd, 64):  # b"": close() closed the other end
+                if signal.SIGTERM in data and not stopped:
+                    stopped = True
+                    self._on_stop()
+        finally:
+            os.close(read_fd)
+
+    def close(self) -> None:
+        """SIGTERM's default again, and the thread ended (from the main thread)."""
+        if self._write_fd is None or threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.close(self._write_fd)
+        self._write_fd = None
+
+
+def _caught(signum: int, frame: Any) -> None:
+    """SIGTERM's Python handler: nothing to do in the main thread (LauncherStop's thread acts);
+    what the main thread was doing goes on until that thread ends the process."""
+
+
+_resetting = False
+
+
+def _reset_in_children() -> None:
+    """A child a test body forks (multiprocessing's fork) gets SIGTERM's default back: with the
+    handler it would ignore `terminate()`, and write to the wakeup pipe it shares with its
+    rank, which would take the child's SIGTERM for the launcher's."""
+    global _resetting
+    if _resetting:
+        return
+    _resetting = True
+
+    def reset() -> None:
+        if signal.getsignal(signal.SIGTERM) is _caught:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+
+    os.register_at_fork(after_in_child=reset)
+
+
+def report_hang_and_exit(config: Any, session: Any, running: Running, message: str,
+                         cause: str = "hung") -> None:
     """From a thread other than the (stuck) main one: fail the running test, report every later
-    test as not run, finish the session (tables, results file). The caller then exits."""
+    test as not run (`cause`: what became of the running one), finish the session (tables,
+    results file). The caller then exits."""
     from _pytest.reports import TestReport
 
     hook = config.hook
@@ -242,7 +331,7 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     report(item, "failed", message, "call", duration)
     report(item, "passed", None, "teardown")
     hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-    reason = (f"not run: {item.nodeid} hung, and in launcher mode the ranks cannot be "
+    reason = (f"not run: {item.nodeid} {cause}, and in launcher mode the ranks cannot be "
               "replaced; every rank exits")
     for later in items[running.index + 1:]:
         hook.pytest_runtest_logstart(nodeid=later.nodeid, location=later.location)

@@ -65,6 +65,14 @@ class OtherRankSession(LauncherSession):
             self._peer_link.wait_closed(EXIT_AFTER_RANK_0_S)
             self._peer_link.close()
 
+    def _stop_tests(self) -> None:
+        """Stay until rank 0 has reported and exited: a rank that left now would look dead to
+        it, beside the one that died."""
+        if self._peer_link is not None:
+            self._peer_link.wait_hung_up(EXIT_AFTER_RANK_0_S)
+        hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: stopped by the launcher "
+                                      "(SIGTERM); exiting after rank 0")
+
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
         assert self._peer_link is not None
         self._peer_link.send(running.index, outcome.to_json())
@@ -91,6 +99,8 @@ class OtherRankSession(LauncherSession):
             pytest.fail(outcome.message, pytrace=False)
         if outcome.status == "skipped":
             pytest.skip(outcome.message)
+        if outcome.status == "xfailed":
+            pytest.xfail(outcome.message)
         return []
 
     def settle(self) -> None:

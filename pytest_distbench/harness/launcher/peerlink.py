@@ -663,5 +663,17 @@ class PeerLink:
             self._read(remaining)
         return self.lost
 
+    def wait_hung_up(self, timeout_s: float) -> bool:
+        """Wait (bounded) for rank 0's end of the link to close, without reading from it: safe
+        beside the main thread's reads."""
+        poller = select.poll()
+        try:
+            poller.register(self._conn.fileno(), select.POLLRDHUP)
+        except ValueError:  # closed here already
+            return True
+        events = poller.poll(max(timeout_s, 0.0) * 1000)
+        return any(mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                   for _, mask in events)
+
     def close(self) -> None:
         self._conn.close()

@@ -17,7 +17,14 @@ from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
 from .peerlink import LinkError, RankZeroLink, listen_address
-from .session import DONE_TIMEOUT_S, FAILURE_GRACE_S, START_TIMEOUT_S, GateCheck, LauncherSession
+from .session import (
+    DONE_TIMEOUT_S,
+    FAILURE_GRACE_S,
+    START_TIMEOUT_S,
+    STOP_LOOK_S,
+    GateCheck,
+    LauncherSession,
+)
 
 
 class RankZeroSession(LauncherSession):
@@ -133,6 +140,8 @@ class RankZeroSession(LauncherSession):
             pytest.fail(verdict.message, pytrace=False)
         if verdict.status == "skipped":
             pytest.skip(verdict.message)
+        if verdict.status == "xfailed":
+            pytest.xfail(verdict.message)
         return []  # kept and gated in _judge, before the verdict
 
     def _send_verdict(self, running: hang.Running, verdict: wire.Verdict) -> None:
@@ -163,6 +172,8 @@ class RankZeroSession(LauncherSession):
             records = judge(item, key, run_result(posted), settings, live_reports=live,
                             keep=self.records)
             self.gate_check(item, records, settings)
+        except pytest.xfail.Exception as exc:  # before pytest.fail's: XFailed is a Failed
+            verdict.status, verdict.message = "xfailed", str(exc.msg)
         except pytest.fail.Exception as exc:
             verdict.status, verdict.message = "failed", str(exc.msg)
         except pytest.skip.Exception as exc:
@@ -172,10 +183,25 @@ class RankZeroSession(LauncherSession):
             verdict.rebuild = True
         return records, verdict
 
+    def _stop_tests(self) -> None:
+        # The deadline watch reports the running test (or the next one armed) at once.
+        self.watch.expire_now()
+
+    def _dead_at_stop(self, running: hang.Running) -> list[int]:
+        """The ranks that died, as the launcher's SIGTERM comes: the connection of the rank
+        whose death made the launcher stop the run may not have been read closed yet."""
+        deadline = time.monotonic() + STOP_LOOK_S
+        while not (dead := self._dead(running)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return dead
+
     def _report_hang(self, running: hang.Running, dead: list[int] | None = None) -> None:
         """The deadline watch, in its own thread (or the main thread when ranks died): declare,
-        collect the live ranks' stacks, report, exit."""
+        collect the live ranks' stacks, report, exit. Also when the launcher stops the run."""
         ch = self._watch_channel
+        stopped = self.stopped
+        if dead is None and stopped:
+            dead = self._dead_at_stop(running)
         dead = dead or []
         own = self._own[1] if self._own is not None and self._own[0] == running.index else None
         arrived = _outcomes(self._zero_link.received(running.index)) if self._zero_link else {}
@@ -184,7 +210,9 @@ class RankZeroSession(LauncherSession):
         ch.set(running.key(wire.VERDICT), {"status": "hung", "pending": pending})
         stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
         others = [r for r in pending if r != 0 and r not in dead]
-        if not dead:  # a death ends the run now: the live ranks' stacks come at their deadline
+        # A death or the launcher's stop ends the run now (the launcher's SIGKILL follows):
+        # the live ranks' stacks come at their deadline only.
+        if not dead and not stopped:
             ch.wait([running.key(wire.stack(r)) for r in others], hang.STACK_WAIT_S)
             for r in others:
                 key = running.key(wire.stack(r))
@@ -193,22 +221,32 @@ class RankZeroSession(LauncherSession):
                     for r in range(self.world_size) if r not in pending}
         cannot = ("In launcher mode the ranks cannot be replaced: the remaining tests are not "
                   "run and every rank exits.")
+        by_launcher = f"{self.launch.launcher} stopped the ranks (SIGTERM)"
         if dead:
             lines = [f"rank {r} ({self.hosts.get(r, '?')}) died during the test: its connection "
                      "to rank 0 closed (its exit status is in the launcher's log)"
-                     for r in dead] + [cannot]
+                     for r in dead]
+            lines += [f"{by_launcher} after that."] if stopped else []
+            lines.append(cannot)
+            cause = f"lost rank {dead[0]}" if len(dead) == 1 else f"lost ranks {dead}"
+        elif stopped:
+            lines = [f"{by_launcher} during the test, with no rank's connection to rank 0 "
+                     f"closed (ranks {pending} had not finished it). {cannot}"]
+            cause = "was stopped by the launcher"
         else:
             lines = [f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks "
                      f"{pending} did not finish. {cannot} Stacks of the live ranks:"]
             for r, stack in sorted(stacks.items()):
                 lines.append(f"--- rank {r} ({self.hosts.get(r, '?')}) ---")
                 lines.append(tag(r, stack))
+            cause = "hung"
         failure = describe_problems(run_result(finished), running.timeout_s)  # type: ignore[arg-type]
         if failure:
             lines += ["", "Before that:", failure]
         self.aborting = True
         try:
-            hang.report_hang_and_exit(self.config, self.pytest_session, running, "\n".join(lines))
+            hang.report_hang_and_exit(self.config, self.pytest_session, running,
+                                      "\n".join(lines), cause)
         finally:
             hang.flush()
             ch.set(running.key(wire.EXIT), 1)  # the others may exit now: the report is out
@@ -226,5 +264,6 @@ def run_result(posted: dict[int, wire.Outcome]) -> RunResult:
                                  rebuild=o.rebuild)
                   for r, o in posted.items()},
         output={r: o.output for r, o in posted.items() if o.output},
-        failure_order={r: o.order or 0 for r, o in posted.items() if o.status == "failed"},
+        # Also of the ranks that skipped: a failure after their release is not one (judge).
+        failure_order={r: o.order or 0 for r, o in posted.items() if o.status != "passed"},
         releasers=[r for r, o in sorted(posted.items()) if o.released])

@@ -12,6 +12,7 @@ store carries what is not per test (wire.py names its keys).
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 import traceback
@@ -34,6 +35,7 @@ from .storechannel import StoreChannel, open_store
 START_TIMEOUT_S = 300.0  # every rank must have collected (or joined) within this
 FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before releasing them
 DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
+STOP_LOOK_S = 1.0  # at the launcher's SIGTERM, how long rank 0 looks for a rank that died
 
 GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings], None]
 
@@ -69,6 +71,8 @@ class LauncherSession(Session):
         self._worlds = 0
         self._new_world = False
         self._closed = False
+        self.stopped = False  # the launcher sent SIGTERM
+        self._stop = hang.LauncherStop(self._on_stop)
 
     @property
     def hosts(self) -> dict[int, str]:
@@ -99,6 +103,20 @@ class LauncherSession(Session):
 
     def _close_link(self) -> None:
         raise NotImplementedError
+
+    def _stop_tests(self) -> None:
+        """The launcher's SIGTERM during the tests: end the run, rank 0's report first."""
+        raise NotImplementedError
+
+    def _on_stop(self) -> None:
+        """The launcher's SIGTERM (from LauncherStop's thread)."""
+        self.stopped = True
+        if self._closed:
+            return  # the tests are over: rank 0 writes its outputs, the others follow it out
+        if not self.index_of:
+            hang.exit_now(128 + signal.SIGTERM, f"distbench rank {self.rank}: stopped by the "
+                                                "launcher (SIGTERM) before the tests began")
+        self._stop_tests()
 
     # -- collection -------------------------------------------------------------------------
 
@@ -252,6 +270,7 @@ class LauncherSession(Session):
             self._agree_on_the_end()
         except (StoreLost, RuntimeError):
             pass  # the store's host is gone: nothing left to agree with
+        self._stop.close()
 
     def _agree_on_the_end(self) -> None:
         raise NotImplementedError

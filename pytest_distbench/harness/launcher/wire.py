@@ -72,7 +72,7 @@ class WireError(ValueError):
 class Outcome:
     """One rank's end of one test."""
 
-    status: str  # "passed", "failed" or "skipped"
+    status: str  # "passed", "failed", "skipped" or "xfailed"
     message: str
     measurements: list[dict[str, Any]]  # wire.Measurement as a dict
     output: str  # what the rank printed during the test
@@ -87,7 +87,7 @@ class Outcome:
     @classmethod
     def from_json(cls, data: Any) -> Outcome:
         _expect_fields(cls, data)
-        if data["status"] not in ("passed", "failed", "skipped"):
+        if data["status"] not in ("passed", "failed", "skipped", "xfailed"):
             raise WireError(f"outcome status {data['status']!r}")
         checks = {"message": str, "measurements": list, "output": str, "released": bool,
                   "rebuild": str}
@@ -108,7 +108,7 @@ class Outcome:
 class Verdict:
     """Rank 0's judgement of one test, applied by every rank."""
 
-    status: str  # "passed", "failed", "skipped"; "hung" only through the store
+    status: str  # "passed", "failed", "skipped", "xfailed"; "hung" only through the store
     message: str = ""
     rebuild: bool = False  # every rank leaves and rejoins its process group
 
