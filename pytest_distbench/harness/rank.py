@@ -107,7 +107,10 @@ class Rank:
         self.conn = conn
         # Rank 0's reporter thread sends Progress while the main thread may send its outcome.
         self.send_lock = threading.Lock()
-        timeout = timedelta(seconds=spec.timeout_s)
+        # The harness's deadline (--distbench-timeout) reports a hang with every rank's stack;
+        # the store's and the process group's own timeouts are only a backstop behind it: equal
+        # to it, a loaded machine let gloo fail the waiting rank first and lose its stack.
+        timeout = timedelta(seconds=spec.timeout_s + max(5.0, spec.timeout_s / 4))
         self.base_store = dist.TCPStore(
             spec.store_host, spec.store_port, is_master=False, timeout=timeout
         )
