@@ -135,29 +135,38 @@ def world_starts_line(starts: list[tuple[Any, float]]) -> str:
     return ", ".join(parts)
 
 
+def write_lines(tr: Any, text: str, **markup: bool) -> None:
+    """`text` through the terminal reporter, every line wrapped to fit a terminal."""
+    from .results.rendering.fit import wrap_text
+
+    for line in wrap_text(text).splitlines():
+        tr.line(line, **markup)
+
+
 def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None:
     if distbench.records:
         from .results.rendering.table import LEGEND, render_tables
 
         tr.section("distbench results")
-        tr.line(LEGEND)
+        write_lines(tr, LEGEND)
         tr.line("")
         tr.line(render_tables(distbench.records,
-                              memory=config.getoption("distbench_gpu_memory")))
+                              memory=config.getoption("distbench_gpu_memory"),
+                              details=config.get_verbosity() >= 1))
     if distbench.world_starts:
         tr.line("")
-        tr.line(f"worlds started: {world_starts_line(distbench.world_starts)}")
+        write_lines(tr, f"worlds started: {world_starts_line(distbench.world_starts)}")
     if distbench.comparison is not None:
         from .results.rendering.report import render
 
         tr.section("distbench comparison")
         tr.line(render(distbench.comparison, "table").rstrip("\n"))
     for line in gating.warnings(config):
-        tr.line(line, yellow=True, bold=True)
+        write_lines(tr, line, yellow=True, bold=True)
     for line in distbench.notes:
-        tr.line(line)
+        write_lines(tr, line)
     for line in distbench.output_errors:
-        tr.line(f"distbench: ERROR: {line}", red=True, bold=True)
+        write_lines(tr, f"distbench: ERROR: {line}", red=True, bold=True)
 
 
 def _failed(distbench: Session, message: str) -> None:

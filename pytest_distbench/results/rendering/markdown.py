@@ -35,7 +35,8 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
         if style is None:
             lines += _table_and_notes(table.render_group(rows, "github", memory=memory))
         else:
-            lines += ["```text", style(rows), "```"]
+            details = registry.table_details(family)
+            lines += ["```text", style(rows) + (f"\n{details(rows)}" if details else ""), "```"]
         lines.append("")
     if comparison is not None:
         from .report import render as render_comparison

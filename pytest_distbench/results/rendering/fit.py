@@ -1,0 +1,101 @@
+"""Output that fits a terminal of WIDTH columns: tables whose headers wrap onto more lines (as
+nccl-tests prints its two header lines) and notes that wrap at word boundaries.
+
+A table whose cells alone are wider than WIDTH is left as it is: its family decides what to
+leave out or how to turn it (the RPC transports table turns when it has many sizes).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+WIDTH = 120
+
+
+def widest(text: str) -> int:
+    """The longest line of `text`, in characters."""
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def wrap(line: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
+    """One line as lines of at most `width` (a word longer than that stays whole), the ones
+    after the first indented by `indent`; a note (`# ...`) continues as a note."""
+    if len(line) <= width:
+        return [line]
+    if line.startswith("# "):
+        indent = "#  " + indent
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [line]
+
+
+def wrap_text(text: str, width: int = WIDTH) -> str:
+    """Every note and prose line of `text` wrapped to `width`; a table row (a line that is not
+    a note and holds a run of two spaces: tabulate's column gap) is never cut."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("# ") or "  " not in line.strip():
+            out.extend(wrap(line, width))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
+          colalign: Sequence[str] | None = None, width: int = WIDTH) -> str:
+    """tabulate's "simple" table, made to fit `width` where it can: column by column, the one
+    that gives the most, its header wraps at word boundaries (as nccl-tests prints two header
+    lines); then the text cells of columns not aligned right wrap too. Numbers never wrap, and
+    no word is cut: a table that cannot fit stays wider."""
+    columns = [[str(row[i]) if i < len(row) else "" for row in rows] for i in range(len(headers))]
+    heads = [str(h) for h in headers]
+    for wrap_cells in (False, True):
+        while sum(map(_column_width, heads, columns)) + 2 * (len(heads) - 1) > width:
+            best = None
+            for i, (header, cells) in enumerate(zip(heads, columns, strict=True)):
+                text_cells = wrap_cells and (colalign is None or colalign[i] != "right")
+                narrower = _narrowed(header, cells, text_cells)
+                if narrower is not None:
+                    gain = _column_width(header, cells) - _column_width(*narrower)
+                    if best is None or gain > best[0]:
+                        best = (gain, i, narrower)
+            if best is None:
+                break
+            _, i, (heads[i], columns[i]) = best
+    body = [list(cells) for cells in zip(*columns, strict=True)] if columns else []
+    return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True,
+                    colalign=colalign)
+
+
+def _column_width(header: str, cells: Sequence[str]) -> int:
+    # tabulate's "simple" format pads a header by 2 within its column.
+    return max([widest(header) + 2] + [widest(c) for c in cells])
+
+
+def _narrowed(header: str, cells: Sequence[str], wrap_cells: bool
+              ) -> tuple[str, list[str]] | None:
+    """The column one step narrower (the widest width below its own that its words allow),
+    or None where no word may move."""
+    now = _column_width(header, cells)
+    for w in range(now - 1, 0, -1):
+        head = _wrapped(header, w - 2)
+        new_cells = [_wrapped(c, w) if wrap_cells else c for c in cells]
+        if head is None or any(c is None or widest(c) > w for c in new_cells):
+            return None
+        if _column_width(head, new_cells) < now:  # type: ignore[arg-type]
+            return head, new_cells  # type: ignore[return-value]
+    return None
+
+
+def _wrapped(text: str, width: int) -> str | None:
+    """`text` in lines of at most `width`, or None where a word is longer than that."""
+    if widest(text) <= width:
+        return text
+    words = text.split()
+    if width < 1 or any(len(w) > width for w in words):
+        return None
+    return "\n".join(textwrap.wrap(" ".join(words), width, break_long_words=False,
+                                   break_on_hyphens=False))
