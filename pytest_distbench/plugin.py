@@ -59,6 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
     gating.configure(config, launch, reports)
     if reports:
         outputs.configure(config)
+        if not xdist.is_controller(config) and not xdist.is_worker(config):
+            # Under xdist the controller shows its workers' results as they come.
+            config.pluginmanager.register(outputs.SuiteProgress(config), outputs.SuiteProgress.NAME)
     from .results.document.environment import cpu_probe
 
     if launch is None:
@@ -133,10 +136,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     distbench = session.config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return
+    from .harness import xdist
+
+    progress = session.config.pluginmanager.get_plugin(outputs.SuiteProgress.NAME)
+    if progress is not None:
+        progress.plan(session.items)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if not distbench.external:
-        from .harness import xdist
-
         if not xdist.is_worker(session.config):  # a worker's worlds are checked as they start
             limits.check_items(session.config, session.items)
         sizes = [item.callspec.params.get(collection.WORLD_SIZE_ARG) for item in session.items

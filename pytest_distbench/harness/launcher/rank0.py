@@ -162,6 +162,8 @@ class RankZeroSession(LauncherSession):
             live = self._live.reports if self._live is not None else {}
             records = judge(item, key, run_result(posted), settings, live_reports=live,
                             keep=self.records)
+            if self._live is not None:
+                self._live.finish(records)
             self.gate_check(item, records, settings)
         except pytest.fail.Exception as exc:
             verdict.status, verdict.message = "failed", str(exc.msg)

@@ -169,5 +169,7 @@ class LocalSession(Session):
             world.stop()
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
-        return judge(item, key, result, settings, variant=key.variant,
-                     live_reports=live.reports, keep=None if key.variant else self.records)
+        records = judge(item, key, result, settings, variant=key.variant,
+                        live_reports=live.reports, keep=None if key.variant else self.records)
+        live.finish(records)
+        return records
