@@ -13,7 +13,8 @@ import pytest
 from launching import torchrun_tmpdir
 
 LINE = re.compile(
-    r"^Time: (?P<t>[\d.]+)s Msgs: (?P<n>\d+) Rate: (?P<rate>[\d.]+)msg/s \((?P<us>[\d.]+|-)us\) "
+    r"^  live: Time: (?P<t>[\d.]+)s Msgs: (?P<n>\d+) Rate: (?P<rate>[\d.]+)msg/s "
+    r"\((?P<us>[\d.]+|-)us\) "
     r"(?P<mbps>[\d.]+)MB/s TOTALS: Time: (?P<T>[\d.]+)s Msgs: (?P<N>\d+) "
     r"Rate: (?P<RATE>[\d.]+)msg/s \((?P<US>[\d.]+|-)us\) (?P<MBPS>[\d.]+)MB/s$"
 )
@@ -90,10 +91,11 @@ def test_live_lines_in_order_with_consistent_totals(pytester, distbench_run):
     pytester.makepyfile(BENCH)
     out = pytester.path / "out.json"
     # -s here; the test below reads a session with capture on.
-    result = distbench_run("-s", "--distbench", "--world-size=2", "--distbench-duration=2.5s",
-                           "--distbench-report-every=0.5s", f"--distbench-json={out}")
+    result = distbench_run("-s", "-v", "--distbench", "--world-size=2",
+                           "--distbench-duration=2.5s", "--distbench-report-every=0.5s",
+                           f"--distbench-json={out}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["distbench live report: *test_messages[[]gloo-ws2[]]"])
+    result.stdout.fnmatch_lines(["*test_messages[[]gloo-ws2[]]*", "  live: Time: *"])
     lines = _lines(result.stdout.str())
     assert 5 <= len(lines) <= 6, result.stdout.str()
     total_n, total_t = 0, 0.0
@@ -122,7 +124,7 @@ def test_live_lines_arrive_while_the_test_runs_with_capture_on(pytester, leak_ta
     the end, although pytest captures the test's output."""
     pytester.makepyfile(BENCH)
     returncode, text, arrivals, finished = run_noting_live_lines(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--capture=fd",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--capture=fd", "-v",
          "--distbench", "--world-size=2", "--distbench-duration=4s",
          "--distbench-report-every=1s"], pytester.path, timeout=120)
     assert returncode == 0, text
@@ -139,7 +141,7 @@ def test_report_every_also_reports_a_run_without_duration(pytester, distbench_ru
     pytester.makepyfile(BENCH)
     # A fixed count of iterations with reports: lines without a duration. (Without either
     # option there are none: see the pressure tests' sessions.)
-    result = distbench_run("--distbench", "--world-size=2", "--distbench-iterations=1500",
+    result = distbench_run("-v", "--distbench", "--world-size=2", "--distbench-iterations=1500",
                            "--distbench-report-every=0.1s")
     result.assert_outcomes(passed=1)
     assert _lines(result.stdout.str())

@@ -66,13 +66,7 @@ class Rate:
 
 
 def report_line(interval: Rate, total: Rate) -> str:
-    """The seed's line; TOTALS carries what the interval does not say again (its time, count
-    and rate: the rest follows from them), and nothing on the first line, where they are the
-    interval's own."""
-    if total.seconds == interval.seconds and total.messages == interval.messages:
-        return interval.text()
-    return (f"{interval.text()} | TOTALS: {total.seconds:.2f}s {total.messages} msgs "
-            f"{total.per_second:.2f}msg/s")
+    return f"{interval.text()} TOTALS: {total.text()}"
 
 
 # -- rank side ------------------------------------------------------------------------------------

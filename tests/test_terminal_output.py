@@ -1,0 +1,93 @@
+"""What a terminal shows of a real session: 120 columns, a line per suite, live lines that
+leave pytest's progress line alone, and a digest at the end (issue 30, items 8-10)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tables import read_table
+
+WIDTH = 120  # the terminal the default output fits
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SMALL = ("--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
+         "--tensor-size=4B,1KiB", "--distbench-store-clients=4", "--distbench-episodes=2",
+         "--distbench-steps=5", "--distbench-duration=0.3s", "--distbench-budget=0.05")
+# Two store inits, three CPU transports x 2 sizes (three GPU ones skip), one agent/observer
+# point, four message-rate duration runs (credits 1 and 10, two paths): four families, four
+# suites.
+SELECTION = ("store_init or transports or agent_observer or "
+             "(test_message_rate and credits1 and 4B and not rpc and to_computation)")
+
+
+def _plain(text: str) -> list[str]:
+    return [ANSI.sub("", line) for line in text.splitlines()]
+
+
+def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
+        pytester, distbench_run):
+    out = pytester.path / "run.json"
+    result = distbench_run(*SMALL, "-k", SELECTION, "--color=yes", f"--distbench-json={out}")
+    result.assert_outcomes(passed=13, skipped=6)
+    lines = _plain(result.stdout.str())
+    too_wide = [line for line in lines if len(line) > WIDTH]
+    assert not too_wide, "\n".join(too_wide)
+    # Checks that found nothing, and the seed's block, only under -v.
+    assert not any("rpc check" in line for line in lines)
+    assert "Benchmark" not in lines and not any(ln.startswith("agent latency --") for ln in lines)
+    # A transport that ran at no size: one line with its reason, not a row of "skipped".
+    assert "# nccl: skipped, nccl is not built into this torch" in lines
+    assert not any("skipped  " in line for line in lines)
+    # A line per suite, and pytest's progress lines whole: no live line breaks them (the two
+    # message-rate duration runs report live, under -v only).
+    suites = [line for line in lines if line.startswith("distbench: suite ")]
+    assert suites == [
+        "distbench: suite 1/4, test_agent_observer.py: 1 test, 1-1 of 19",
+        "distbench: suite 2/4, test_message_rate.py: 4 tests, 2-5 of 19",
+        "distbench: suite 3/4, test_rpc.py: 12 tests, 6-17 of 19",
+        "distbench: suite 4/4, test_store.py: 2 tests, 18-19 of 19"]
+    for suite in suites:
+        name = suite.split(", ")[1].split(":")[0]
+        progress = lines[lines.index(suite) + 1]
+        assert re.fullmatch(rf"{re.escape(name)} [.s]+ +\[ *\d+%\]", progress), progress
+    assert not any("live" in line for line in lines)
+    # The digest ends the output: a line per family at its largest point, where the full
+    # tables are, the machine's noise.
+    start = lines.index(next(ln for ln in lines if "distbench digest" in ln))
+    digest = [line for line in lines[start + 1:-1] if line]
+    heads = [line for line in digest if not line.startswith(" ")]
+    assert [line.split()[0] for line in heads[:4]] == [
+        "agent_observer", "message_rate", "rpc_transports", "store_init"]
+    assert re.match(r"message_rate +ws3 +4 B +[\d,.]+ msgs/s", heads[1]), digest
+    assert re.match(r"rpc_transports +ws2 +1 KiB +round trip ", heads[2]), digest
+    assert any(f"every sample in {out}" in line for line in digest)
+    assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)
+
+
+def test_verbose_shows_live_lines_whose_closing_totals_are_the_tables(pytester, distbench_run):
+    out = pytester.path / "run.json"
+    result = distbench_run(*SMALL, "-v", "-k", "agent_observer or (test_message_rate and "
+                           "credits1- and 4B and not rpc and client_to_computation)",
+                           "--distbench-duration=1s", "--distbench-report-every=0.4s",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=2)
+    lines = _plain(result.stdout.str())
+    assert sum(line.startswith("  live: Time: ") for line in lines) >= 2
+    [done] = [line for line in lines if line.startswith("  live: done: ")]
+    messages, seconds, rate = re.match(
+        r"  live: done: (\d+) msgs in ([\d.]+) s = ([\d,.]+) msgs/s", done).groups()
+    [record] = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]
+                if b["distbench"]["family"] == "message_rate"]
+    f = record["figures"]
+    assert int(messages) == f["total_messages"]
+    # The table's own cells: the same figures, as printed.
+    table_start = next(i for i, line in enumerate(lines) if line == "# transport: process_group")
+    headers, [row] = read_table(lines[table_start + 1:])
+    assert row[headers.index("msgs")] == messages
+    assert row[headers.index("time (s)")] == seconds
+    assert row[headers.index("msgs/s ± 95% CI")].split()[0] == rate
+    # The agent/observer seed's own block and the checks that found nothing show under -v.
+    assert "Benchmark" in lines and any(ln.startswith("agent latency -- {50: ") for ln in lines)
+    assert any(line.startswith("distbench rpc check rdma_fork: ok") for line in lines)
+    # pytest names the test again before its result, after the live lines.
+    result.stdout.fnmatch_lines(["  live: done: *", "*test_message_rate[[]*[]] PASSED*"])
