@@ -68,19 +68,21 @@ class SuiteProgress:
         counts: dict[str, int] = {}
         for item in items:
             if is_distbench(item):
-                path = item.nodeid.split("::")[0]
+                # The file as pytest names it (a node id's path is empty for a suite run
+                # with --pyargs from outside the rootdir).
+                path = item.location[0]
                 counts[path] = counts.get(path, 0) + 1
         total, done = sum(counts.values()), 0
         for number, (path, count) in enumerate(counts.items(), start=1):
             tests = f"{count} tests" if count > 1 else "1 test"
             self._lines[path] = (f"distbench: suite {number}/{len(counts)}, "
-                                 f"{path.rsplit('/', 1)[-1]}: {tests}, "
+                                 f"{Path(path).name}: {tests}, "
                                  f"{done + 1}-{done + count} of {total}")
             done += count
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter starts the file's line
-    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        line = self._lines.pop(nodeid.split("::")[0], None)
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, Any, str]) -> None:
+        line = self._lines.pop(location[0], None)
         reporter = self._config.pluginmanager.get_plugin("terminalreporter")
         if line is None or reporter is None or self._config.get_verbosity() < 0:
             return

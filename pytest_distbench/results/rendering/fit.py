@@ -7,6 +7,7 @@ leave out or how to turn it (the RPC transports table turns when it has many siz
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -48,16 +49,19 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
           colalign: Sequence[str] | None = None, width: int = WIDTH) -> str:
     """tabulate's "simple" table, made to fit `width` where it can: column by column, the one
     that gives the most, its header wraps at word boundaries (as nccl-tests prints two header
-    lines); then the text cells of columns not aligned right wrap too. Numbers never wrap, and
-    no word is cut: a table that cannot fit stays wider."""
+    lines); then cells wrap too: a text column's (not aligned right) at word boundaries, a
+    number column's only before a parenthesis (`1,583` over `(no CI: n too small)`). A number
+    never wraps and no word is cut: a table that cannot fit stays wider."""
     columns = [[str(row[i]) if i < len(row) else "" for row in rows] for i in range(len(headers))]
     heads = [str(h) for h in headers]
     for wrap_cells in (False, True):
         while sum(map(_column_width, heads, columns)) + 2 * (len(heads) - 1) > width:
             best = None
             for i, (header, cells) in enumerate(zip(heads, columns, strict=True)):
-                text_cells = wrap_cells and (colalign is None or colalign[i] != "right")
-                narrower = _narrowed(header, cells, text_cells)
+                breaks = None
+                if wrap_cells:
+                    breaks = _NOTE if colalign is not None and colalign[i] == "right" else _WORD
+                narrower = _narrowed(header, cells, breaks)
                 if narrower is not None:
                     gain = _column_width(header, cells) - _column_width(*narrower)
                     if best is None or gain > best[0]:
@@ -75,14 +79,18 @@ def _column_width(header: str, cells: Sequence[str]) -> int:
     return max([widest(header) + 2] + [widest(c) for c in cells])
 
 
-def _narrowed(header: str, cells: Sequence[str], wrap_cells: bool
+_WORD = re.compile(r" +")  # a text cell breaks at any space
+_NOTE = re.compile(r" +(?=\()")  # a number cell only before its parenthesis
+
+
+def _narrowed(header: str, cells: Sequence[str], breaks: re.Pattern[str] | None
               ) -> tuple[str, list[str]] | None:
     """The column one step narrower (the widest width below its own that its words allow),
-    or None where no word may move."""
+    or None where no word may move. `breaks`: where its cells may break (None: nowhere)."""
     now = _column_width(header, cells)
     for w in range(now - 1, 0, -1):
         head = _wrapped(header, w - 2)
-        new_cells = [_wrapped(c, w) if wrap_cells else c for c in cells]
+        new_cells = [_wrapped(c, w, breaks) if breaks is not None else c for c in cells]
         if head is None or any(c is None or widest(c) > w for c in new_cells):
             return None
         if _column_width(head, new_cells) < now:  # type: ignore[arg-type]
@@ -90,12 +98,18 @@ def _narrowed(header: str, cells: Sequence[str], wrap_cells: bool
     return None
 
 
-def _wrapped(text: str, width: int) -> str | None:
-    """`text` in lines of at most `width`, or None where a word is longer than that."""
+def _wrapped(text: str, width: int, breaks: re.Pattern[str] = _WORD) -> str | None:
+    """`text` in lines of at most `width`, broken only where `breaks` matches, or None where
+    a piece between two breaks is longer than that."""
     if widest(text) <= width:
         return text
-    words = text.split()
-    if width < 1 or any(len(w) > width for w in words):
+    pieces = [p for line in text.splitlines() for p in breaks.split(line.strip()) if p]
+    if width < 1 or any(len(p) > width for p in pieces):
         return None
-    return "\n".join(textwrap.wrap(" ".join(words), width, break_long_words=False,
-                                   break_on_hyphens=False))
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return "\n".join(lines)
