@@ -347,7 +347,7 @@ LIVE_BENCH = textwrap.dedent("""
 def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytester, leak_tag):
     """Launcher mode: rank 0 is the reporting process; its reporter's lines appear on its
     terminal one interval apart during the test, with pytest's output capture on."""
-    from test_duration_live import LINE, run_noting_live_lines
+    from test_duration_live import LINE, run_noting_live_lines, totals
 
     pytester.makepyfile(LIVE_BENCH)
     path = pytester.path / "run.json"
@@ -365,7 +365,7 @@ def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytest
     assert "body of rank" not in text  # capture stayed on for the test's own output
     lines = [m for m in map(LINE.match, text.splitlines()) if m]
     [record] = [b["distbench"] for b in read_results(path)["benchmarks"]]
-    assert [3 * r["iterations"] for r in record["live_reports"]] == [int(m["N"]) for m in lines]
+    assert [3 * r["iterations"] for r in record["live_reports"]] == [totals(m)[0] for m in lines]
 
 
 LEAN_FIRST = textwrap.dedent("""

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tables import read_table
 
-WIDTH = 120  # the terminal the default output fits
+from pytest_distbench.results.rendering import fit
+
+WIDTH = 120  # the terminal the default output fits (fit.WIDTH; written out for the check)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SMALL = ("--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
          "--tensor-size=4B,1KiB", "--distbench-store-clients=4", "--distbench-episodes=2",
@@ -91,3 +96,32 @@ def test_verbose_shows_live_lines_whose_closing_totals_are_the_tables(pytester, 
     assert any(line.startswith("distbench rpc check rdma_fork: ok") for line in lines)
     # pytest names the test again before its result, after the live lines.
     result.stdout.fnmatch_lines(["  live: done: *", "*test_message_rate[[]*[]] PASSED*"])
+
+
+words = st.text(alphabet="abcdefghij(),.±%", min_size=1, max_size=9)
+phrases = st.lists(words, min_size=1, max_size=4).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=9).flatmap(lambda n: st.tuples(
+    st.lists(phrases, min_size=n, max_size=n),
+    st.lists(st.lists(phrases, min_size=n, max_size=n), max_size=4),
+    st.lists(st.sampled_from(["right", "left"]), min_size=n, max_size=n))),
+    st.integers(min_value=20, max_value=120))
+def test_a_table_fits_unless_its_words_cannot_and_loses_no_word(shape, width):
+    headers, rows, align = shape
+    text = fit.table(rows, headers, colalign=align, width=width)
+    # Every word is still there (a column's lines may interleave with the others').
+    printed = Counter(text.split())
+    wanted = Counter(w for phrase in headers + [c for row in rows for c in row]
+                     for w in phrase.split())
+    assert not wanted - printed
+    # Wider than asked only where the words allow no narrower: a header's longest word (plus
+    # tabulate's padding of 2), a right-aligned cell broken only before a parenthesis.
+    floor = 2 * (len(headers) - 1)
+    for i, header in enumerate(headers):
+        cells = [row[i] for row in rows]
+        pieces = [p for c in cells for p in (
+            re.split(r" +(?=\()", c) if align[i] == "right" else c.split())]
+        floor += max([max(len(w) for w in header.split()) + 2] + [len(p) for p in pieces])
+    assert fit.widest(text) <= max(width, floor), text

@@ -2,6 +2,8 @@
 
     Time: 5.00s Msgs: 38876 Rate: 7775.15msg/s (128.61us) 0.01MB/s TOTALS: Time: 10.00s ...
 
+(TOTALS without the seed's repeated us and MB/s, and none on the first line: report_line).
+
 Both ends live here. In rank 0, a `Reporter` thread wakes once per interval (a timed wait, no
 polling), reads how many iterations the timed loop has appended so far -- the loop itself does
 no extra work per iteration -- and sends a `Progress` message up the rank's pipe. In the
@@ -66,7 +68,13 @@ class Rate:
 
 
 def report_line(interval: Rate, total: Rate) -> str:
-    return f"{interval.text()} TOTALS: {total.text()}"
+    """The seed's line, less what it says twice: TOTALS keeps time, count and rate (the mean
+    time per message and MB/s follow from them), and the first line, whose totals are its
+    interval's, has none."""
+    if total == interval:
+        return interval.text()
+    return (f"{interval.text()} TOTALS: Time: {total.seconds:.2f}s Msgs: {total.messages} "
+            f"Rate: {total.per_second:.2f}msg/s")
 
 
 # -- rank side ------------------------------------------------------------------------------------
