@@ -210,12 +210,13 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
 
         tr.section("distbench comparison")
         tr.line(render(distbench.comparison, "table").rstrip("\n"))
+    # Whole lines: they name the files written (a path is copied and searched for as it is).
     for line in gating.warnings(config):
-        write_lines(tr, line, yellow=True, bold=True)
+        tr.line(line, yellow=True, bold=True)
     for line in distbench.notes:
-        write_lines(tr, line)
+        tr.line(line)
     for line in distbench.output_errors:
-        write_lines(tr, f"distbench: ERROR: {line}", red=True, bold=True)
+        tr.line(f"distbench: ERROR: {line}", red=True, bold=True)
     if distbench.records:
         tr.section("distbench digest")
         for line in digest_lines(config, distbench):

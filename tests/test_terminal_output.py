@@ -17,10 +17,9 @@ WIDTH = 120  # the terminal the default output fits (fit.WIDTH; written out for 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SMALL = ("--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
          "--tensor-size=4B,1KiB", "--distbench-store-clients=4", "--distbench-episodes=2",
-         "--distbench-steps=5", "--distbench-duration=0.3s", "--distbench-budget=0.05")
+         "--distbench-steps=5", "--distbench-budget=0.05")
 # Two store inits, three CPU transports x 2 sizes (three GPU ones skip), one agent/observer
-# point, four message-rate duration runs (credits 1 and 10, two paths): four families, four
-# suites.
+# point, four message-rate points (credits 1 and 10, two paths): four families, four suites.
 SELECTION = ("store_init or transports or agent_observer or "
              "(test_message_rate and credits1 and 4B and not rpc and to_computation)")
 
@@ -31,8 +30,10 @@ def _plain(text: str) -> list[str]:
 
 def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
         pytester, distbench_run):
-    out = pytester.path / "run.json"
-    result = distbench_run(*SMALL, "-k", SELECTION, "--color=yes", f"--distbench-json={out}")
+    out = "run.json"  # in the session's directory: a long path's line is printed whole
+    # Live reports every 10 ms: every measurement reports, and without -v none is printed.
+    result = distbench_run(*SMALL, "-k", SELECTION, "--color=yes", f"--distbench-json={out}",
+                           "--distbench-report-every=0.01s")
     result.assert_outcomes(passed=13, skipped=6)
     lines = _plain(result.stdout.str())
     too_wide = [line for line in lines if len(line) > WIDTH]
@@ -43,8 +44,7 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     # A transport that ran at no size: one line with its reason, not a row of "skipped".
     assert "# nccl: skipped, nccl is not built into this torch" in lines
     assert not any("skipped  " in line for line in lines)
-    # A line per suite, and pytest's progress lines whole: no live line breaks them (the two
-    # message-rate duration runs report live, under -v only).
+    # A line per suite, and pytest's progress lines whole: no live line breaks them.
     suites = [line for line in lines if line.startswith("distbench: suite ")]
     assert suites == [
         "distbench: suite 1/4, test_agent_observer.py: 1 test, 1-1 of 19",
@@ -56,6 +56,9 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
         progress = lines[lines.index(suite) + 1]
         assert re.fullmatch(rf"{re.escape(name)} [.s]+ +\[ *\d+%\]", progress), progress
     assert not any("live" in line for line in lines)
+    document = json.loads((pytester.path / out).read_text())
+    assert all(b["distbench"].get("live_reports") for b in document["benchmarks"]
+               if b["distbench"]["family"] == "message_rate")  # reported, not printed
     # The digest ends the output: a line per family at its largest point, where the full
     # tables are, the machine's noise.
     start = lines.index(next(ln for ln in lines if "distbench digest" in ln))
