@@ -128,3 +128,14 @@ def test_a_table_fits_unless_its_words_cannot_and_loses_no_word(shape, width):
             re.split(r" +(?=\()", c) if align[i] == "right" else c.split())]
         floor += max([max(len(w) for w in header.split()) + 2] + [len(p) for p in pieces])
     assert fit.widest(text) <= max(width, floor), text
+
+
+def test_quiet_says_no_suite_and_still_ends_with_the_digest(pytester, distbench_run):
+    result = distbench_run("-q", "--distbench", "--pyargs", "pytest_distbench.suites",
+                           "--world-size=2", "-k", "test_all_reduce", "--tensor-size=4B",
+                           "--distbench-budget=0.05")
+    result.assert_outcomes(passed=1)
+    lines = _plain(result.stdout.str())
+    assert not any(line.startswith("distbench: suite ") for line in lines)
+    digest = lines[lines.index(next(ln for ln in lines if "distbench digest" in ln)) + 1:]
+    assert re.match(r"all_reduce +ws2 +4 B +p50 ", digest[0]), digest
