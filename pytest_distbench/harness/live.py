@@ -7,9 +7,10 @@
 Both ends live here. In rank 0, a `Reporter` thread wakes once per interval (a timed wait, no
 polling), reads how many iterations the timed loop has appended so far -- the loop itself does
 no extra work per iteration -- and sends a `Progress` message up the rank's pipe. In the
-controller, a `LivePrinter` turns each one into a line and writes it through pytest's terminal
-reporter with output capture suspended, so the line appears while the test runs, with or
-without -s.
+controller, a `LivePrinter` keeps each one for the record and, under -v, turns it into a line
+and writes it through pytest's terminal reporter with output capture suspended, so the line
+appears while the test runs, with or without -s; after the test it writes the measurement's
+totals as the table shows them.
 
 In launcher mode rank 0 is the reporting process itself: its Reporter thread hands each report
 to a LivePrinter in the same process, which writes to a copy of the terminal's file descriptor
@@ -150,11 +151,10 @@ class LivePrinter:
     then the measurement's totals as the table prints them. Without -v nothing is printed:
     a line in the middle of pytest's progress line would break it after every test."""
 
-    def __init__(self, config: Any, nodeid: str, stream: TextIO | None = None) -> None:
+    def __init__(self, config: Any, stream: TextIO | None = None) -> None:
         shown = config.get_verbosity() >= 1
         self._terminal = config.pluginmanager.get_plugin("terminalreporter") if shown else None
         self._capture = config.pluginmanager.get_plugin("capturemanager")
-        self._nodeid = nodeid
         self._stream = stream  # set: write there, from any thread, capture left alone
         self._last: dict[str | None, Progress] = {}
         # Per measurement name: [elapsed_s, iterations, delay_s] of each report (the record's

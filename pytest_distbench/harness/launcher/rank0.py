@@ -106,7 +106,7 @@ class RankZeroSession(LauncherSession):
                  ) -> LivePrinter | None:
         self._live = None
         if report_every_s:
-            self._live = LivePrinter(self.config, item.nodeid, self._live_stream)
+            self._live = LivePrinter(self.config, self._live_stream)
         return self._live
 
     def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:

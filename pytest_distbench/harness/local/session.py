@@ -161,7 +161,7 @@ class LocalSession(Session):
         except WorldStartError as exc:
             variant = f"{key.variant} " if key.variant else ""
             pytest.fail(f"could not start the {variant}world: {exc}", pytrace=False)
-        live = LivePrinter(item.config, item.nodeid)
+        live = LivePrinter(item.config)
         result = world.run(task, settings.timeout, on_progress=live)
         if not result.clean:
             self.retire(world)
