@@ -119,14 +119,14 @@ def test_a_table_fits_unless_its_words_cannot_and_loses_no_word(shape, width):
     wanted = Counter(w for phrase in headers + [c for row in rows for c in row]
                      for w in phrase.split())
     assert not wanted - printed
-    # Wider than asked only where the words allow no narrower: a header's longest word (plus
-    # tabulate's padding of 2), a right-aligned cell broken only before a parenthesis.
+    # Wider than asked only where the words allow no narrower: a header's longest word, a
+    # right-aligned cell broken only before a parenthesis.
     floor = 2 * (len(headers) - 1)
     for i, header in enumerate(headers):
         cells = [row[i] for row in rows]
         pieces = [p for c in cells for p in (
             re.split(r" +(?=\()", c) if align[i] == "right" else c.split())]
-        floor += max([max(len(w) for w in header.split()) + 2] + [len(p) for p in pieces])
+        floor += max([max(len(w) for w in header.split())] + [len(p) for p in pieces])
     assert fit.widest(text) <= max(width, floor), text
 
 

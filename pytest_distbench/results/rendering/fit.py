@@ -12,8 +12,6 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 WIDTH = 120
 
 
@@ -47,11 +45,13 @@ def wrap_text(text: str, width: int = WIDTH) -> str:
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
           colalign: Sequence[str] | None = None, width: int = WIDTH) -> str:
-    """tabulate's "simple" table, made to fit `width` where it can: column by column, the one
-    that gives the most, its header wraps at word boundaries (as nccl-tests prints two header
-    lines); then cells wrap too: a text column's (not aligned right) at word boundaries, a
-    number column's only before a parenthesis (`1,583` over `(no CI: n too small)`). A number
-    never wraps and no word is cut: a table that cannot fit stays wider."""
+    """A table in tabulate's "simple" layout (headers, a rule of dashes, rows; columns two
+    spaces apart) without its padding of every header by two more, made to fit `width` where
+    it can: column by column, the one that gives the most, its header wraps at word
+    boundaries (as nccl-tests prints two header lines); then cells wrap too: a text column's
+    (not aligned right) at word boundaries, a number column's only before a parenthesis
+    (`1,583` over `(no CI: n too small)`). A number never wraps and no word is cut: a table
+    that cannot fit stays wider."""
     columns = [[str(row[i]) if i < len(row) else "" for row in rows] for i in range(len(headers))]
     heads = [str(h) for h in headers]
     for wrap_cells in (False, True):
@@ -69,14 +69,31 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
             if best is None:
                 break
             _, i, (heads[i], columns[i]) = best
-    body = [list(cells) for cells in zip(*columns, strict=True)] if columns else []
-    return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True,
-                    colalign=colalign)
+    return _render(heads, columns, colalign or ["left"] * len(heads))
+
+
+def _render(heads: list[str], columns: list[list[str]], align: Sequence[str]) -> str:
+    widths = list(map(_column_width, heads, columns))
+
+    def lines(cells: list[str]) -> list[str]:
+        parts = [cell.split("\n") for cell in cells]
+        height = max((len(p) for p in parts), default=0)
+        out = []
+        for k in range(height):
+            out.append("  ".join(
+                (p[k] if k < len(p) else "").rjust(w) if a == "right"
+                else (p[k] if k < len(p) else "").ljust(w)
+                for p, w, a in zip(parts, widths, align, strict=True)).rstrip())
+        return out
+
+    text = lines(heads) + ["  ".join("-" * w for w in widths)]
+    for row in zip(*columns, strict=True):
+        text += lines(list(row))
+    return "\n".join(text)
 
 
 def _column_width(header: str, cells: Sequence[str]) -> int:
-    # tabulate's "simple" format pads a header by 2 within its column.
-    return max([widest(header) + 2] + [widest(c) for c in cells])
+    return max([widest(header)] + [widest(c) for c in cells])
 
 
 _WORD = re.compile(r" +")  # a text cell breaks at any space
@@ -89,7 +106,7 @@ def _narrowed(header: str, cells: Sequence[str], breaks: re.Pattern[str] | None
     or None where no word may move. `breaks`: where its cells may break (None: nowhere)."""
     now = _column_width(header, cells)
     for w in range(now - 1, 0, -1):
-        head = _wrapped(header, w - 2)
+        head = _wrapped(header, w)
         new_cells = [_wrapped(c, w, breaks) if breaks is not None else c for c in cells]
         if head is None or any(c is None or widest(c) > w for c in new_cells):
             return None
