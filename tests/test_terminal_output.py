@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tables import read_table
 
+from pytest_distbench import units
 from pytest_distbench.results.rendering import fit
 
 WIDTH = 120  # the terminal the default output fits (fit.WIDTH; written out for the check)
@@ -139,3 +140,52 @@ def test_quiet_says_no_suite_and_still_ends_with_the_digest(pytester, distbench_
     assert not any(line.startswith("distbench: suite ") for line in lines)
     digest = lines[lines.index(next(ln for ln in lines if "distbench digest" in ln)) + 1:]
     assert re.match(r"all_reduce +ws2 +4 B +p50 ", digest[0]), digest
+
+
+def test_transports_with_many_sizes_turn_to_fit_and_say_each_skipped_one_once():
+    """The main job's transports table had a column per size (13) and a row of `skipped` per
+    transport that never ran: 279 columns."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.families.rpc.tables import render_transports
+
+    sizes = [4 << (2 * k) for k in range(13)]  # 4 B .. 64 MiB
+    records = []
+    for transport in ("tensorpipe-shm", "tensorpipe-uv", "gloo"):
+        for n in sizes:
+            r = benchmark_record(n, [1e-4 * (1 + k / 10) for k in range(20)])
+            records.append(dict(r, family="rpc_transports", figures={"transport": transport}))
+    text = render_transports(records)
+    assert fit.widest(text) <= WIDTH, text
+    lines = text.splitlines()
+    assert lines[0].split() == ["size", "tensorpipe-shm", "tensorpipe-uv", "gloo"]
+    assert len([ln for ln in lines if re.match(r" *\d+ [KMG]?i?B ", ln)]) == len(sizes)
+    assert "rows = sizes, columns = transports" in text
+    skipped = [ln for ln in lines if "skipped" in ln]
+    assert [ln.split(":")[0] for ln in skipped] == [
+        "# nccl", "# tensorpipe-cuda_ipc", "# tensorpipe-cuda_basic"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["all_reduce", "all_gather", "broadcast"]),
+                          st.integers(min_value=1, max_value=2**40),
+                          st.integers(min_value=1, max_value=80)), min_size=1, max_size=8))
+def test_the_digest_has_one_line_per_family_at_its_largest_point(points):
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    records = [dict(benchmark_record(n, [1e-4, 2e-4, 3e-4]), family=f, world_size=ws,
+                    name=f"test_{f}[gloo-ws{ws}-{n}B]") for f, n, ws in points]
+    lines = family_lines(records)
+    assert all(len(line) <= WIDTH for line in lines), lines
+    heads = [line for line in lines if not line.startswith(" ")]
+    assert [h.split()[0] for h in heads] == list(dict.fromkeys(f for f, _, _ in points))
+    for head in heads:
+        family, world, size = re.match(r"(\S+) +ws(\d+) +(\d+(?:\.\d+)? [KMGT]?i?B) ",
+                                       head).groups()
+        ws = max(w for f, _, w in points if f == family)
+        largest = max(n for f, n, w in points if f == family and w == ws)
+        assert int(world) == ws
+        # The largest size at that world, exactly: a rounded label only where it is exact.
+        assert size == f"{largest} B" or units.parse_size(size.replace(" ", "")) == largest

@@ -4,20 +4,21 @@ terminal."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from ... import units
+from . import table
 from .fit import wrap
 from .plot_spec import headline
-from .table import grouped
 
 
 def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
-    """`all_reduce       ws8  64 MiB  p50 ... (of 12 rows)` for every family, in table order:
-    the rows at the family's largest world size and then its largest size."""
+    """`all_reduce  ws8    64 MiB  p50 ...` for every family, in table order: the rows at the
+    family's largest world size and then its largest size."""
     by_family: dict[str, list[dict[str, Any]]] = {}
-    for (family, *_), rows in grouped(records):  # valid records only, in table order
+    for (family, *_), rows in table.grouped(records):  # valid records only, in table order
         by_family.setdefault(family, []).extend(rows)
     width = max((len(f) for f in by_family), default=0)
     lines = []
@@ -27,12 +28,36 @@ def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
         sizes = [r["nbytes"] for r in at_world if r["nbytes"] is not None]
         largest = max(sizes) if sizes else None
         point = [r for r in at_world if r["nbytes"] == largest]
-        size = "-" if largest is None else units.format_size(largest)
-        # Records of one point may share their figures (agent/observer's two metrics): once.
-        parts = list(dict.fromkeys(text for text in (headline([r]) for r in point) if text))
-        figures = "; ".join(parts[:2] + ([f"... {len(parts) - 2} more"] if len(parts) > 2 else [])
-                            ) or "no headline figure"
-        more = f" ({len(point)} rows here, {len(rows)} in all)" if len(point) > 1 else ""
-        lines.extend(wrap(f"{family:<{width}}  ws{world:<3} {size:>8}  {figures}{more}",
+        size = "-" if largest is None else _size(largest)
+        if table.headline(family) is None:  # its table has no headline column (store_routes)
+            figures = "no headline figure: see its table"
+        else:
+            figures = _figures(point)
+        lines.extend(wrap(f"{family:<{width}}  ws{world:<3} {size:>8}  {figures}",
                           indent=" " * (width + 2)))
     return lines
+
+
+def _figures(point: list[dict[str, Any]]) -> str:
+    """The point's figures, each row's labelled by what tells it from the others (its test,
+    parameters or measurement name); rows with the same figures (agent/observer's two
+    metrics) once; two rows at most, then how many more."""
+    tokens = [[t for t in re.split(r"[\[\]:-]+", r["name"]) if t] for r in point]
+    common = set.intersection(*map(set, tokens)) if tokens else set()
+    texts = [" ".join(headline([r]).split()) for r in point]
+    if len(set(texts)) == 1:  # one figure for every row
+        return texts[0] or "no headline figure"
+    shown = [f"{' '.join(w for w in words if w not in common)}: {text}"
+             for words, text in zip(tokens, texts, strict=True) if text]
+    more = [f"... {len(shown) - 2} more"] if len(shown) > 2 else []
+    return "; ".join(shown[:2] + more) or "no headline figure"
+
+
+def _size(nbytes: int) -> str:
+    """`64 MiB`, or the exact bytes where a rounded label would not be the size measured."""
+    text = units.format_size(nbytes)
+    try:
+        exact = units.parse_size(text.replace(" ", "")) == nbytes
+    except ValueError:  # a rounded label ("18.3 KiB") is no whole number of bytes
+        exact = False
+    return text if exact else f"{nbytes} B"
