@@ -67,8 +67,11 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     heads = [line for line in digest if not line.startswith(" ")]
     assert [line.split()[0] for line in heads[:4]] == [
         "agent_observer", "message_rate", "rpc_transports", "store_init"]
-    assert re.match(r"message_rate +ws3 +4 B +[\d,.]+ msgs/s", heads[1]), digest
-    assert re.match(r"rpc_transports +ws2 +1 KiB +round trip ", heads[2]), digest
+    # Rows sharing the largest point are told apart (path, credits; transport).
+    assert re.match(r"message_rate +ws3 +4 B +credits=1 path=client_to_computation: [\d,.]+ "
+                    r"msgs/s", heads[1]), digest
+    assert re.match(r"rpc_transports +ws2 +1 KiB +transport=[a-z-]+: round trip ",
+                    heads[2]), digest
     assert f"every sample in {out}" in " ".join(line.strip() for line in digest)
     assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)
 

@@ -4,7 +4,6 @@ terminal."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,7 +41,7 @@ def _figures(point: list[dict[str, Any]]) -> str:
     """The point's figures, each row's labelled by what tells it from the others (its test,
     parameters or measurement name); rows with the same figures (agent/observer's two
     metrics) once; two rows at most, then how many more."""
-    tokens = [[t for t in re.split(r"[\[\]:-]+", r["name"]) if t] for r in point]
+    tokens = [_words(r) for r in point]
     common = set.intersection(*map(set, tokens)) if tokens else set()
     texts = [" ".join(headline([r]).split()) for r in point]
     if len(set(texts)) == 1:  # one figure for every row
@@ -51,6 +50,17 @@ def _figures(point: list[dict[str, Any]]) -> str:
              for words, text in zip(tokens, texts, strict=True) if text]
     more = [f"... {len(shown) - 2} more"] if len(shown) > 2 else []
     return "; ".join(shown[:2] + more) or "no headline figure"
+
+
+def _words(record: dict[str, Any]) -> list[str]:
+    """What may tell a record from others of its point: its test function, its parameters'
+    values (not its size) and its measurement's name."""
+    name = str(record.get("name", ""))
+    test, _, measurement = name.partition("::")
+    params = record.get("params") or {}
+    values = [f"{k}=" + ("-".join(map(str, v)) if isinstance(v, list) else str(v))
+              for k, v in params.items() if k != "nbytes"]
+    return [test.split("[")[0], *values, *([measurement] if measurement else [])]
 
 
 def _size(nbytes: int) -> str:
