@@ -20,8 +20,6 @@ from .harness.physical import measured_bounds
 from .harness.session import Session
 
 HEADLINE_KEY = pytest.StashKey[str]()
-# Per test file with distbench tests: the line said when its first test starts.
-SUITES_KEY = pytest.StashKey[dict[str, str]]()
 
 
 def add_options(group: Any) -> None:
@@ -189,7 +187,7 @@ def write_lines(tr: Any, text: str, **markup: bool) -> None:
     from .results.rendering.fit import wrap_text
 
     for line in wrap_text(text).splitlines():
-        tr.line(line, **markup)
+        tr.write_line(line, **markup)
 
 
 def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None:

@@ -1,8 +1,8 @@
 """How the RPC family's records print at the end of a session (registered in family.py).
 
 rpc_latency and rpc_throughput print one row per size; rpc_transports prints the users' table
-shape (rows = transport, columns = sizes, round trip in ms), with a row for every transport of
-the catalog: one that ran at no size is a line under the table with the reason, and with more
+shape (rows = transport, columns = sizes, round trip in ms), a row per transport that ran;
+every other transport of the catalog is a line under the table with the reason, and with more
 sizes than fit a terminal the table turns (rows = sizes); agent_observer prints a summary row
 per point, and the seed's per-point block under -v (seed_blocks) and in the markdown file.
 """
@@ -150,7 +150,7 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
                "agent p95 (ms)", "agent req/s p50", "observer p50 (ms)", "observer p95 (ms)",
                "observer req/s p50", "run (s)", "TensorPipe"]
     transports = {row[-1] for row in rows}
-    if len(transports) == 1:  # one value for every row: said once, below (saves 14 columns)
+    if len(transports) == 1:  # one value for every row: said once, in the note below
         rows = [row[:-1] for row in rows]
         headers = headers[:-1]
     note = ("# coordinator rank 0, agent rank 1, observers ranks 2..n-1; agent throughput = "
