@@ -21,8 +21,12 @@ from pytest_distbench.results.comparison.verdict import (
     compare_documents,
     speed_difference,
 )
-from pytest_distbench.results.document.io import ResultsFileError, read_document
-from pytest_distbench.results.rendering.report import FORMATS, render
+from pytest_distbench.results.document.io import (
+    ResultsFileError,
+    output_path_problem,
+    read_document,
+)
+from pytest_distbench.results.rendering.report import FORMATS, printable, render
 from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
@@ -86,7 +90,9 @@ def _build_parser() -> _Parser:
         help="significance level of the Mann-Whitney U test (default %(default)s)",
     )
     compare.add_argument(
-        "--fail-on-regression", action="store_true", help="exit 1 if any benchmark regressed"
+        "--fail-on-regression", action="store_true",
+        help="exit 1 if any benchmark regressed (needs a baseline with 3+ stored runs: a "
+        "slowdown against one stored run is 'slower, not gateable')"
     )
     compare.add_argument(
         "--strict",
@@ -195,6 +201,11 @@ def _compare(args: argparse.Namespace) -> int:
             more = f" and {len(regressed) - 10} more" if len(regressed) > 10 else ""
             _error(f"{len(regressed)} regression(s): {names}{more}")
             status = EXIT_FAILED
+        ungated = sum(len(c.of_kind("slower")) for c in comparisons)
+        if ungated and not regressed:
+            print(f"{PROG}: --fail-on-regression: {ungated} benchmark(s) slower, but not "
+                  "gateable (one stored run, or a spread wider than the threshold): nothing "
+                  "failed (docs/gating.md)", file=sys.stderr)
     return status
 
 
@@ -206,6 +217,10 @@ def _plot(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not plot.matplotlib_available():
         _error(plot.MISSING_MATPLOTLIB)
+        return EXIT_USAGE
+    problem = output_path_problem(args.out, directory=True)
+    if problem:
+        _error(f"--out {args.out!r} {problem}")
         return EXIT_USAGE
     docs = _read_documents(args.files)
     if docs is None:
@@ -223,7 +238,7 @@ def _plot(args: argparse.Namespace) -> int:
         _error(f"--out {args.out}: {exc}")
         return EXIT_USAGE
     for rendered in written:
-        print(f"wrote {rendered.path}  ({rendered.title})")
+        print(f"wrote {rendered.path}  ({printable(rendered.title)})")
     if not written:
         print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
     return EXIT_OK

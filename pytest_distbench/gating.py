@@ -200,7 +200,11 @@ def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
     gate = item.config.stash.get(GATE_KEY, None)
     failures, verdicts = [], {}
     if gate is not None:
+        from .results.document.schema import is_figure
+
         for record in records:
+            if not is_figure(record):  # its samples are only a bound: nothing to judge
+                continue
             v = gate.judge(record, threshold)
             verdicts[record["id"]] = v
             if v is not None and v.fails_session:

@@ -9,6 +9,7 @@ lie.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,11 @@ from .harness.physical import measured_bounds
 from .harness.session import Session
 
 HEADLINE_KEY = pytest.StashKey[str]()
+_FILE_OPTIONS = ("distbench_json", "distbench_markdown", "distbench_plot")  # and the baseline
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
 
 
 def add_options(group: Any) -> None:
@@ -39,12 +45,27 @@ def add_options(group: Any) -> None:
 
 
 def configure(config: pytest.Config) -> None:
-    """Refuse a plot request without matplotlib now, not after an hour of benchmarks."""
+    """Refuse a plot request without matplotlib, or an output path no file can have, now, not
+    after an hour of benchmarks."""
+    for name in _FILE_OPTIONS:
+        check_output_path(_flag(name), config.getoption(name),
+                          directory=name == "distbench_plot")
+    check_output_path("--distbench-save", gating.save_path(config))
     if config.getoption("distbench_plot"):
         from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
         if not matplotlib_available():
             raise pytest.UsageError(f"--distbench-plot: {MISSING_MATPLOTLIB}")
+
+
+def check_output_path(option: str, path: str | os.PathLike[str] | None, *,
+                      directory: bool = False) -> None:
+    """A usage error naming the option when ``path`` cannot take its output."""
+    from .results.document.io import output_path_problem
+
+    problem = path and output_path_problem(os.fspath(path), directory=directory)
+    if problem:
+        raise pytest.UsageError(f"{option}: {os.fspath(path)!r} {problem}")
 
 
 # -- progress -----------------------------------------------------------------------------------
@@ -167,6 +188,22 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     return not distbench.output_errors
 
 
+def nothing_measured(config: pytest.Config, distbench: Session) -> bool:
+    """A session without a record: every requested output fails the session, in one line
+    (an empty results file or baseline would pass for a run that measured something)."""
+    if not distbench.reports:
+        return True
+    save_path = gating.save_path(config)
+    asked = [f"{_flag(name)}={config.getoption(name)}" for name in _FILE_OPTIONS
+             if config.getoption(name)]
+    if save_path is not None:
+        asked.append(f"--distbench-save={config.getoption('distbench_save')} ({save_path})")
+    if asked:
+        _failed(distbench, f"nothing was measured (every distbench test was skipped, failed or "
+                           f"deselected), so no requested output was written: {', '.join(asked)}")
+    return not asked
+
+
 def world_starts_line(starts: list[tuple[Any, float]]) -> str:
     """`gloo ws2 cpu 0.22 s` for one start; per kind of world, how many and their time."""
     by_world: dict[str, list[float]] = {}
@@ -260,11 +297,12 @@ def _failed(distbench: Session, message: str) -> None:
 
 def _append(distbench: Session, document: dict[str, Any], path: Path) -> None:
     """--distbench-append: this run added to the baseline's history."""
+    from .results.document import ResultsFileError
     from .results.document.history import append_run
 
     try:
         distbench.notes.append(append_run(document, path))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ResultsFileError) as exc:
         _failed(distbench, f"could not add this run to baseline {path}: {exc}")
 
 
@@ -303,7 +341,7 @@ def _write(distbench: Session, document: dict[str, Any], path: Path, *,
            overwrite: bool, what: str) -> None:
     from .results import document as storage
 
-    existed = path.exists()
+    existed = path.is_file()  # a device or a FIFO is written through, not replaced
     try:
         storage.write_document(document, path, overwrite=overwrite)
     except storage.ResultsFileExistsError:

@@ -65,18 +65,27 @@ def pytest_configure(config: pytest.Config) -> None:
     from .results.document.environment import cpu_probe
 
     if launch is None:
+        from .harness.local.netns import NamespaceUnavailable
         from .harness.local.session import LocalSession
 
-        session: Any = LocalSession(force=limits.forced(config))
+        try:
+            session: Any = LocalSession(force=limits.forced(config),
+                                        private_network=resolved.private_network)
+        except NamespaceUnavailable as exc:
+            raise pytest.UsageError(f"--distbench-private-network: this machine does not "
+                                    f"allow a private network namespace: {exc}") from None
         session.interrupt_on_sigterm()
     else:
+        if resolved.private_network:
+            raise pytest.UsageError("--distbench-private-network: applies to local worlds; "
+                                    f"the ranks of this run were started by {launch.launcher}")
         session = launcher_plugin.start(config, launch, outputs.after_test)
     # Before the forkserver starts: its torch import would compete with the probe for a core.
     session.cpu_probes.append(cpu_probe())
     if launch is None and not xdist.is_controller(config):
         from .harness.local.world import warm_up_forkserver
 
-        warm_up_forkserver()  # its torch import overlaps collection
+        session.inside(warm_up_forkserver)  # its torch import overlaps collection
     xdist.configure(config, session)
     config.stash[SESSION_KEY] = session
     atexit.register(session.close)
@@ -258,7 +267,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
         return
-    if distbench.records and not outputs.finish(config, distbench):
+    written = (outputs.finish(config, distbench) if distbench.records
+               else outputs.nothing_measured(config, distbench))
+    if not written:
         # A requested output that was not written fails the session (terminal summary says
         # which); an interrupted or failing session keeps its own exit status.
         if session.exitstatus == pytest.ExitCode.OK:

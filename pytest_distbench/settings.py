@@ -106,7 +106,14 @@ CORE_SETTINGS = (
             "per-test timeout: a rank that has not answered by then is reported as hung"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
             "smallest slowdown that counts as a regression, e.g. 5%"),
+    Setting("private_network", "--distbench-private-network", "false",
+            lambda t: _harness_options().parse_bool(t),
+            "run local worlds (their store, ranks and forkserver) in a network namespace of "
+            "their own, unreachable by other local users; needs CAP_SYS_ADMIN "
+            "(docs/failure-model.md, \"Local users\")", flag=True),
 )
+# What holds for a whole session, never for one test: a marker may not name them.
+SESSION_WIDE = ("private_network",)
 
 
 def _harness_options() -> Any:
@@ -192,6 +199,11 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
             f"@pytest.mark.distbench{where}: unknown argument(s) {', '.join(unknown)}; "
             f"known: {', '.join(_BY_NAME)}"
         )
+    session_wide = sorted((set(marker) | set(suite_defaults)) & set(SESSION_WIDE))
+    if session_wide:
+        raise pytest.UsageError(
+            f"@pytest.mark.distbench{where}: {', '.join(session_wide)} holds for the whole "
+            "session: give it on the command line or in the ini file")
     values: dict[str, Any] = {}
     for s in SETTINGS:
         cli = config.getoption("distbench_" + s.name)

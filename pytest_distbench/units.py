@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from fractions import Fraction
 
 __all__ = [
     "format_figure",
     "MAX_RANGE_POINTS",
     "format_duration_us",
     "format_size",
+    "format_size_exact",
     "parse_duration",
     "parse_fraction",
     "parse_positive_int_list",
@@ -277,6 +279,17 @@ def format_size(nbytes: int) -> str:
                 text = text.rstrip("0").rstrip(".")
             return f"{text} {_FORMAT_UNITS[power]}"
     raise AssertionError("unreachable: the last unit always returns")
+
+
+def format_size_exact(nbytes: int) -> str:
+    """format_size where its text is exactly `nbytes` (``"64 MiB"``, ``"1.5 KiB"``), else the
+    bytes themselves (``"18720 B"``, not a round-looking ``"18.3 KiB"``): a table's size
+    column names what was measured, and a rounded size may hide a size rounded to fit the
+    ranks (64 MiB - 4 B)."""
+    text = format_size(nbytes)
+    number, unit = text.split(" ")
+    exact = Fraction(number) * _KIB ** _FORMAT_UNITS.index(unit) == nbytes
+    return text if exact else f"{nbytes} B"
 
 
 def format_duration_us(seconds: float) -> str:

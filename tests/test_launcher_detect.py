@@ -137,6 +137,8 @@ def test_failures_are_tagged_and_the_first_comes_first():
         2: Outcome("passed", "", [], ""),
     }
     text = describe_problems(run_result(posted), 60.0)
+    # pytest's short summary shows the first line: the first failing rank's error.
+    assert text.startswith("rank 1: ValueError: boom\n")
     assert text.index("rank 1 raised:\n[rank 1] ValueError: boom") < text.index(
         "rank 0 failed after rank 1 did")
     assert "[rank 0] RuntimeError: Connection closed by peer" in text

@@ -78,7 +78,7 @@ def test_ab_mode(pytester, distbench_run):
     result.assert_outcomes(passed=2, failed=2)
     text = result.stdout.str()
     # A/B names the variant whose ranks failed; the rest reads as in every mode.
-    assert "variant: rank 1 raised:" in text
+    assert "variant: rank 1: ValueError: boom from rank one\nrank 1 raised:" in text
     _check(text, _records(out))
 
 

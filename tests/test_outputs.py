@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
 
 import pytest
 
@@ -16,11 +19,17 @@ def test_sleep(distbench):
 
 
 def test_a_results_file_that_cannot_be_written_fails_the_session(pytester, distbench_run):
-    pytester.makepyfile(test_bench=BENCH)
-    (pytester.path / "not_a_dir").write_text("a file where a directory should be")
+    """A file where the directory should be: refused at the start when it is there already
+    (test_an_output_path_no_file_can_have_...), a failed session when it appears later."""
     target = pytester.path / "not_a_dir" / "run.json"
+    pytester.makepyfile(test_bench=BENCH, test_other=f"""
+import pathlib
+
+def test_a_file_appears_where_the_directory_should_be():
+    pathlib.Path({str(target.parent)!r}).write_text("a file")
+""")
     result = distbench_run("--distbench", "--world-size=2", f"--distbench-json={target}")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([f"*ERROR: could not write results file {target}*"])
 
@@ -51,3 +60,126 @@ def test_written_outputs_leave_the_exit_status_alone(pytester, distbench_run):
     assert result.ret == pytest.ExitCode.OK
     assert (pytester.path / "run.json").exists()
     assert (pytester.path / "baselines" / "main.json").exists()
+
+
+def _device_like(path, device: str):
+    """A character device node at path with /dev/<device>'s numbers (mknod: root only), so a
+    writer that replaced it destroys a copy, never the machine's own device."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.stat(f"/dev/{device}").st_rdev)
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    return path
+
+
+def _fifo_reader(path):
+    """A FIFO at path and a thread that reads it to the end: (chunks, stop)."""
+    os.mkfifo(path)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        with open(path, "rb") as f:
+            chunks.append(f.read())
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+
+    def stop() -> None:  # a writer that never came: open the other end so the reader ends
+        if thread.is_alive():
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        thread.join(10)
+
+    return chunks, stop
+
+
+def test_outputs_write_through_symlinks_devices_and_fifos(pytester, distbench_run):
+    """A symlink stays a symlink (its target replaced atomically), a FIFO and a device are
+    written through: none is replaced by a regular file (issue 29, item 1)."""
+    pytester.makepyfile(test_bench=BENCH)
+    real = pytester.path / "kept" / "main.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = pytester.path / "main.json"
+    link.symlink_to(real)
+    fifo = pytester.path / "run.fifo"
+    null = _device_like(pytester.path / "null", "null")
+    chunks, stop = _fifo_reader(fifo)
+    try:
+        result = distbench_run("--distbench", "--world-size=2", f"--distbench-json={fifo}",
+                               f"--distbench-save={link}", "--distbench-overwrite",
+                               f"--distbench-markdown={null}")
+    finally:
+        stop()
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and stat.S_ISCHR(null.lstat().st_mode)
+    assert json.loads(b"".join(chunks))["benchmarks"]
+    assert link.is_symlink() and json.loads(real.read_text())["benchmarks"]
+    assert [p.name for p in real.parent.iterdir()] == ["main.json"]  # no temporary file left
+
+
+def test_outputs_that_cannot_be_written_fail_the_session_one_line_each(pytester, distbench_run):
+    """A device that is full, a FIFO nobody reads and a baseline whose history cannot be
+    read: each fails the session with one line naming the file; nothing is replaced."""
+    pytester.makepyfile(test_bench=BENCH)
+    full = _device_like(pytester.path / "full", "full")
+    fifo = pytester.path / "summary.fifo"
+    os.mkfifo(fifo)
+    damaged = pytester.path / "baselines" / "main.json"
+    damaged.parent.mkdir()
+    damaged.write_text("not json")
+    result = distbench_run("--distbench", "--world-size=2", f"--distbench-json={full}",
+                           f"--distbench-markdown={fifo}", "--distbench-save=main",
+                           "--distbench-append")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    errors = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert len(errors) == 3, result.stdout.str()
+    assert f"results file {full}" in errors[0] and "No space left on device" in errors[0]
+    assert any(f"{damaged}" in e and "not valid JSON" in e for e in errors), errors
+    assert any(f"{fifo}" in e and "nobody reads" in e for e in errors), errors
+    assert "replaced results file" not in result.stdout.str()
+    assert stat.S_ISCHR(full.lstat().st_mode) and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert damaged.read_text() == "not json"
+
+
+@pytest.mark.parametrize("body", ["skipped", "failed"])
+def test_a_session_that_measured_nothing_fails_naming_its_outputs(pytester, distbench_run, body):
+    """Every distbench test skipped (or failed): no results file, no baseline, and the session
+    says so in one line instead of passing green (issue 29, item 3)."""
+    test = ('@pytest.mark.skip(reason="not today")\n' if body == "skipped" else "") + """
+@pytest.mark.distbench(iterations=3, warmup=1)
+def test_sleep(distbench):
+    assert False, "broken"
+"""
+    pytester.makepyfile(test_bench="import pytest\n" + test)
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-json=run.json",
+                           "--distbench-save=main")
+    result.assert_outcomes(**{body: 1})
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [line] = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert "nothing was measured" in line
+    assert "--distbench-json=run.json" in line and "--distbench-save=main" in line
+    assert not (pytester.path / "run.json").exists()
+    assert not (pytester.path / "baselines").exists()
+
+
+@pytest.mark.parametrize(("option", "value", "problem"), [
+    ("--distbench-json", "run\0.json", "contains a NUL byte"),  # given in an @argsfile
+    ("--distbench-save", "x" * 300, "has a name of 305 bytes; file systems take at most 255"),
+    ("--distbench-markdown", "sub", "is a directory, not a file that can be written"),
+    ("--distbench-plot", "test_bench.py", "is a regular file, not a directory"),
+    ("--distbench-json", "test_bench.py/run.json", "Not a directory"),
+])
+def test_an_output_path_no_file_can_have_is_a_usage_error_before_any_rank(
+        pytester, distbench_run, option, value, problem):
+    """Refused when the session starts, in one line naming the option, not after the run
+    with a traceback or an INTERNALERROR (issue 29, item 10)."""
+    pytester.makepyfile(test_bench=BENCH)
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "args.txt").write_text(f"{option}={value}\n")
+    result = distbench_run("--distbench", "--world-size=2", "@args.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.stderr.lines if line.strip()]
+    assert line.startswith(f"ERROR: {option}: ") and line.endswith(problem), line
+    assert "passed" not in result.stdout.str()  # nothing ran

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+
+from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
 
 # A benchmark whose work is a busy wait of 3 ms, made SLOW times longer by an env variable:
 # a real, measured slowdown, which is what the gate must catch.
@@ -78,14 +81,17 @@ def test_one_stored_run_reports_a_slowdown_and_fails_nothing(bench, distbench_ru
     its comparison is not a gate: the slowdown is shown, the session passes, and the header
     leads to the modes that can gate."""
     distbench_run("--distbench", "--distbench-save=main").assert_outcomes(passed=2)
-    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "2.0")
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "5.0")
     result = distbench_run("--distbench", "--distbench-compare=main")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*1 stored run(s): not gateable, run-to-run noise unknown: changes are reported and "
         "fail nothing*A/B*",
-        "*test_work?gloo-ws2?*+*%*regression*",
+        "*test_work?gloo-ws2?*+*%*slower, not gateable*",
+        "*0 regressions, 0 improvements, 1 slower (not gateable)*",
     ])
+    table = result.stdout.str().split("distbench comparison")[1]
+    assert not [line for line in table.splitlines() if "test_" in line and "regression" in line]
     assert result.ret == pytest.ExitCode.OK
 
 
@@ -116,7 +122,18 @@ def test_damaged_or_missing_baseline_is_a_clear_usage_error(bench, distbench_run
     broken = distbench_run("--distbench", "--distbench-compare=broken")
     assert broken.ret == pytest.ExitCode.USAGE_ERROR
     broken.stderr.fnmatch_lines(["ERROR: --distbench-compare: *broken.json*"])
-    for result in (missing, broken):
+    # A FIFO nobody writes (once: a wait forever) and a file past the size limit (sparse).
+    os.mkfifo(bench.path / "baselines" / "pipe.json")
+    with open(bench.path / "baselines" / "huge.json", "wb") as f:
+        f.truncate(MAX_RESULTS_BYTES + 1)
+    pipe = distbench_run("--distbench", "--distbench-compare=pipe", timeout=60)
+    pipe.stderr.fnmatch_lines(["ERROR: --distbench-compare: *pipe.json: is a FIFO, not a "
+                               "results file"])
+    huge = distbench_run("--distbench", "--distbench-compare=huge")
+    huge.stderr.fnmatch_lines(["ERROR: --distbench-compare: *huge.json: larger than *, the "
+                               "most a results file may be*"])
+    for result in (missing, broken, pipe, huge):
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
         assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 

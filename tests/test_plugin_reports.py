@@ -36,7 +36,7 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     number = r"[0-9][0-9,]*(\.[0-9]+)?"
     pct = r"± [0-9.]+ %"  # half the 95 % interval: 8 iterations are enough for one
     assert re.search(rf"test_all_gather\[gloo-ws2-4B\] PASSED p50 {number} us {pct}, busbw "
-                     rf"{number} GB/s {pct}", out), out
+                     rf"{number} [GMK]B/s {pct}", out), out
     assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us {pct}", out), out
     assert "test_all_gather[gloo-ws2-8B]" not in out
     assert "requested sizes 4 B, 8 B all move 8 B at 2 ranks: measured once, shown once" in out
@@ -71,6 +71,63 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
             image.verify()
 
 
+USERS_OWN = """
+import time
+
+import pytest
+from pytest_distbench.suites.test_collectives import (  # noqa: F401
+    distbench_effective_nbytes, test_all_gather)
+
+
+@pytest.mark.distbench
+def test_ddp_step(distbench):
+    distbench.measure(lambda: time.sleep(0.0002), nbytes=18720, family="ddp_step")
+
+
+@pytest.mark.distbench
+def test_rings(distbench):
+    for name in ("ring_all_reduce", "builtin_all_reduce"):
+        distbench.measure(lambda: time.sleep(0.0002), nbytes=4096, family="all_reduce",
+                          name=name)
+
+
+@pytest.mark.distbench
+def test_diverges(distbench):
+    assert distbench.rank == 1, "replicas diverged"
+
+
+def test_plain(benchmark):
+    benchmark(lambda: None)
+"""
+
+
+def test_a_users_own_files_reach_the_tables_the_verbose_lines_and_the_short_summary(
+        pytester, distbench_run, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the short summary's line is cut to the terminal
+    pytester.makepyfile(test_users=USERS_OWN)
+    result = distbench_run("--distbench", "--world-size=2", "--tensor-size=4B", "-v", "-rf",
+                           "--distbench-iterations=8", "--distbench-warmup=1")
+    result.assert_outcomes(passed=4, failed=1)
+    out = result.stdout.str()
+    # An odd byte count prints exactly; every table, pytest-benchmark's too, is printed.
+    assert re.search(r"^# ddp_step  backend=gloo  ranks=2", out, re.M), out
+    assert re.search(r"^ *18720 B +- +- +[0-9]", out, re.M), out
+    assert "invalid size" not in out and "benchmark: 1 tests" in out
+    # Two measurements of one test at one size: each row and the -v line say whose it is.
+    for name in ("ring_all_reduce", "builtin_all_reduce"):
+        assert re.search(rf"^test_rings::{name} +4 KiB +- +- +[0-9]", out, re.M), out
+    assert re.search(r"test_rings\[gloo-ws2\] PASSED ring_all_reduce: p50 .*; "
+                     r"builtin_all_reduce: p50 ", out), out
+    # -v bandwidth reads in the tables' unit: 4 KiB in about 0.2 ms is some MB/s.
+    assert re.search(r"busbw [0-9.]+ MB/s", out) and "GB/s ±" not in out, out
+    # The requested 4 B all_gather is 8 B at 2 ranks: the table says so.
+    assert re.search(r"^ *8 B +2 +float32 ", out, re.M), out
+    assert "requested size 4 B moves 8 B at 2 ranks: the row shows what was measured" in out
+    # The short summary carries the rank's error, as pytest's own failures do.
+    assert re.search(r"^FAILED test_users.py::test_diverges\[gloo-ws2\] - Failed: rank 0: "
+                     r"AssertionError: replicas diverged$", out, re.M), out
+
+
 def test_gate_verdict_in_junit_and_comparison_in_markdown(pytester, distbench_run):
     pytester.makepyfile(test_suite=SUITE)
     # 8 B merges with 4 B at 2 ranks, but -k selects 8 B only: it runs (merging comes last).
@@ -82,7 +139,7 @@ def test_gate_verdict_in_junit_and_comparison_in_markdown(pytester, distbench_ru
                            f"--distbench-markdown={summary}", "--distbench-threshold=500%")
     result.assert_outcomes(passed=1)
     props = _properties(pytester.path / "report.xml")["test_all_gather[gloo-ws2-8B]"]
-    assert props["verdict"] in ("unchanged", "improvement", "regression")
+    assert props["verdict"] in ("unchanged", "improvement", "regression", "slower", "faster")
     assert "change_pct" in props and float(props["p_value"]) <= 1
     text = summary.read_text()
     assert "## pytest-distbench comparison" in text

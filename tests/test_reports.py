@@ -14,7 +14,7 @@ import plot_data
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tables import read_table
+from tables import read_table, unwrapped
 
 from pytest_distbench.results.comparison.verdict import compare_documents
 from pytest_distbench.results.document import write_document
@@ -132,7 +132,8 @@ def test_comparison_plot_has_one_point_per_judged_benchmark(tmp_path):
     [rendered] = plot.plot_comparison(base, cur, comparison, tmp_path)
     assert rendered.path.name == "comparison.png"
     assert rendered.lines_per_panel == (len(records) - 1,)
-    assert set(rendered.series) == {"regression", "improvement", "unchanged"}
+    # One stored run cannot gate: changes are "slower" / "faster", never a regression.
+    assert set(rendered.series) == {"slower", "faster", "unchanged"}
     _png_ok(rendered.path)
     rows = plot.comparison_rows(base, cur, comparison)
     kinds = {row.name: row.kind for row in rows}
@@ -264,6 +265,21 @@ def test_cli_plot_errors_are_one_line(tmp_path):
     assert done.returncode == 2 and "one results file, or two" in done.stderr
 
 
+def test_cli_plot_shows_names_from_a_file_without_control_characters(tmp_path):
+    """A hostile file's names reach the terminal as `compare` shows them: an escape sequence
+    in a backend (a plot's title) or a file name (a comparison's title) is not sent raw."""
+    records = plot_data.collectives()
+    for record in records:
+        record["backend"] = "gloo\x1b]0;owned\x07\x1b[2J"
+    run = tmp_path / "run\x1b[31m.json"
+    write_document(plot_data.document(records), run, overwrite=False)
+    for files in ([run], [run, run]):
+        done = _cli("plot", *map(str, files), "--out", str(tmp_path / "plots"))
+        assert done.returncode == 0, done.stderr
+        assert "wrote" in done.stdout and "\x1b" not in done.stdout, done.stdout
+        assert "\x07" not in done.stdout
+
+
 def test_missing_matplotlib_names_the_extra(tmp_path):
     # A matplotlib that cannot be imported, first on the path: as if it were not installed.
     fake = tmp_path / "fake"
@@ -393,3 +409,146 @@ def test_every_plot_footer_cites_only_files_of_the_repository():
     for spec in plot_spec.specs():
         for cited in re.findall(r"[\w./-]+\.md", spec.note):
             assert (root / cited).is_file(), f"{spec.name} cites {cited}"
+
+
+def _named(name: str, **kwargs) -> dict:
+    """A user's own measurement: `name` as distbench.measure(..., name=...) gives it."""
+    made = plot_data.record(**kwargs)
+    made["name"] = f"test_mine[gloo-ws2]::{name}"
+    made["id"] = f"suite.py::{made['name']}"
+    return made
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=20)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 50), _TEXT, st.booleans()), min_size=1,
+                max_size=6))
+def test_any_byte_count_and_name_reach_the_tables_and_a_row_that_fails_loses_only_itself(rows):
+    records = []
+    for i, (nbytes, name, damaged) in enumerate(rows):
+        made = _named(name, family="all_reduce", nbytes=nbytes, seconds=1e-4, n=8, seed=i,
+                      busbw_factor=1.0)
+        if damaged:  # a record from a file written by hand: the renderer raises on it
+            del made["summary"]["mean"]
+        records.append(made)
+    text = table.render_tables(records)
+    md = markdown.render(records)
+    for made, (nbytes, _, damaged) in zip(records, rows, strict=True):
+        if damaged:
+            assert f"{made['name']}: not shown, the table could not render it (KeyError" in text
+            assert f"{made['name']}: not shown" in md
+            continue
+        p50 = ci.with_pct(table.units.format_duration_us(made["summary"]["p50"]),
+                          ci.p50_pct(made), made)
+        size = f" {table.units.format_size_exact(nbytes)} "
+        # Its row: two rows may share a p50 (the same samples), never a size and a p50.
+        assert any(f" {p50} " in ln and size in f" {ln}" for ln in text.splitlines()), text
+        assert f" {table.units.format_size_exact(nbytes)} |" in md
+
+
+def test_a_title_that_fails_to_render_keeps_its_rows_and_the_other_tables():
+    odd, even = (plot_data.record("all_reduce", nbytes=n, seconds=1e-4, busbw_factor=1.0)
+                 for n in (3000, 4096))
+    for made, batch in ((odd, "x"), (even, 4)):  # a file edited by hand: a text batch size
+        made.update(timing="cuda-batch", batch_iterations=batch)
+    other = plot_data.record("all_gather", nbytes=18720, seconds=1e-4, busbw_factor=0.5)
+    lines = table.render_tables([odd, even, other]).splitlines()
+    assert lines[0].startswith("# all_reduce  backend=gloo  ranks=2: not shown, the table could "
+                               "not render it (TypeError")
+    _, rows = read_table(lines[1:])  # the headers may take two lines (120 columns)
+    assert [row[0] for row in rows] == ["3000 B", "4 KiB"]
+    assert any(re.match(r" *18720 B ", line) for line in lines)
+
+
+def test_a_users_named_measurements_are_told_apart_in_the_rows_and_the_verbose_line():
+    ring = _named("ring_all_reduce", family="all_reduce", nbytes=4096, seconds=3e-4,
+                  busbw_factor=1.0)
+    builtin = _named("builtin_all_reduce", family="all_reduce", nbytes=4096, seconds=4e-4,
+                     busbw_factor=1.0, seed=1)
+    other = plot_data.record("all_reduce", nbytes=8192, seconds=5e-4, busbw_factor=1.0)
+    text = table.render_tables([ring, builtin, other])
+    for made, name in ((ring, "ring_all_reduce"), (builtin, "builtin_all_reduce")):
+        p50 = table.units.format_duration_us(made["summary"]["p50"])
+        (line,) = [ln for ln in text.splitlines() if ln.startswith(f"test_mine::{name} ")]
+        assert f" {p50} ± " in line
+    assert text.splitlines()[1].startswith("name ")
+    # Rows a size tells apart need no name column.
+    assert "name" not in table.render_tables([ring, other]).splitlines()[1]
+    # A test's own parameter that differs between rows that share a size says which is which.
+    fast, slow = (plot_data.record("my_step", nbytes=4096, seconds=s, params={"lr": lr})
+                  for s, lr in ((1e-4, 0.1), (2e-4, 1.0)))
+    _, rows = read_table(table.render_tables([fast, slow]).splitlines()[1:])
+    assert [row[0] for row in rows] == ["test_my_step lr=0.1", "test_my_step lr=1.0"]
+    verbose = plot_spec.headline([ring, builtin])
+    assert re.fullmatch(r"ring_all_reduce: p50 .*; builtin_all_reduce: p50 .*", verbose)
+    assert not plot_spec.headline([ring]).startswith("ring_all_reduce")  # one: no name needed
+
+
+@given(st.integers(1, 1 << 34), st.floats(1e-6, 1.0))
+def test_a_verbose_line_prints_bandwidth_as_the_tables_do(nbytes, seconds):
+    from pytest_distbench.families.collectives.family import BUSBW
+
+    made = plot_data.record("all_reduce", nbytes=nbytes, seconds=seconds, n=8,
+                            busbw_factor=1.0)
+    assert f"busbw {table.bandwidth_cell(BUSBW.at(made))} ± " in plot_spec.headline([made])
+
+
+def test_a_requested_size_other_than_the_measured_one_is_noted_with_the_definition():
+    made = plot_data.record("all_gather", nbytes=8, seconds=1e-4, busbw_factor=0.5)
+    made["requested_nbytes"] = [4]
+    text = unwrapped(table.render_tables([made]))  # notes wrap at 120 columns
+    assert "# requested size 4 B moves 8 B at 2 ranks: the row shows what was measured" in text
+    assert f"# {table.SIZE_DEFINITION}" in text
+    made["requested_nbytes"] = [8]  # what was asked is what is shown: nothing to say
+    assert "requested" not in table.render_tables([made])
+
+
+def test_the_rpc_throughput_note_explains_the_rows_of_its_own_table():
+    def throughput(credits: int, ran: int) -> dict:
+        return plot_data.record("rpc_throughput", nbytes=64 << 20, seconds=0.1,
+                                params={"credits": credits},
+                                figures={"credits": ran, "credits_requested": credits,
+                                         "messages_per_iteration": ran})
+
+    text = table.render_tables([throughput(10, 4)])
+    assert re.search(r"64 MiB +4 \(of 10\) ", text), text
+    assert "'4 (of 10)': 10 requested, 4 ran in flight" in text and "256)" not in text
+    assert "(of" not in table.render_tables([throughput(2, 2)]).split("\n# ", 1)[1]
+
+
+def test_a_record_that_did_not_complete_is_a_row_never_a_figure(tmp_path):
+    """Issue 30: a measurement that did not finish within its bound (the TCPStore legacy
+    backend at 4096 clients) is kept with its one sample, the bound; tables and -v lines say
+    'did not complete in 120 s', and no comparison, gate or plot reads the bound as a time."""
+    from pytest_distbench.results.document import read_document, schema
+
+    records = plot_data.collectives(world_sizes=(2,))
+    late = dict(copy.deepcopy(records[0]), samples=[120.0],
+                incomplete={"bound_s": 120.0, "reason": "wait timeout after 120000ms"})
+    from pytest_distbench.results.statistics.stats import summarize
+
+    late["summary"] = summarize([120.0]).as_dict()
+    late["rank_samples"] = [[120.0], [120.0]]
+    late.pop("p50_ci", None)
+    doc = plot_data.document([late] + records[1:])
+    path = tmp_path / "late.json"
+    write_document(doc, path, overwrite=False)
+    stored = read_document(path)  # kept, and valid
+    [kept] = [b["distbench"] for b in stored["benchmarks"] if b["distbench"].get("incomplete")]
+    assert kept["incomplete"]["bound_s"] == 120.0 and kept["samples"] == [120.0]
+    assert late["id"] not in schema.records(stored)
+    verdict = compare_documents(plot_data.document(records), stored, threshold=0.1).get(late["id"])
+    assert verdict.kind == "missing"  # never "slower" by the bound
+    row = next(line for line in table.render_tables([late]).splitlines()
+               if "did not complete" in line)
+    assert "did not complete in 120 s" in row and "120000000" not in row
+    assert plot_spec.headline([late]) == "did not complete in 120 s"
+    assert dict(junit.record_properties(late))["incomplete"].startswith(
+        "did not complete in 120 s: wait timeout")
+    bad = copy.deepcopy(stored)
+    bad["benchmarks"][0]["distbench"]["incomplete"] = {"bound_s": "long"}
+    with pytest.raises(schema.SchemaError, match="expected an object with bound_s") as info:
+        schema.validate_document(bad)
+    assert info.value.field == "benchmarks[0].distbench.incomplete"

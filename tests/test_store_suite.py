@@ -126,3 +126,68 @@ def test_a_hung_store_test_is_killed_and_leaves_nothing(pytester, distbench_run)
     port = int(text.split("PORT=")[1].split()[0])
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the killed server's port still answers"
+
+
+def test_a_store_that_does_not_finish_within_the_timeout_is_a_result(pytester, distbench_run):
+    """Issue 30: legacy at 4096 clients did not finish a barrier within the 120 s store timeout
+    and the test failed; the study reports exactly that as a finding. With a store timeout
+    of 1 ms nothing finishes: every test passes, its row says so and its record keeps it."""
+    out = pytester.path / "late.json"
+    result = distbench_run(*SUITE, "-k", "store and not routes", "--distbench-store-clients=12",
+                           "--distbench-store-backend=legacy", "--distbench-store-rounds=2",
+                           "--distbench-store-timeout=1ms", f"--distbench-json={out}")
+    result.assert_outcomes(passed=3)
+    records = _records(out)
+    assert {r["family"] for r in records} == {"store_init", "store_barrier", "store_ops"}
+    for r in records:
+        assert r["incomplete"]["bound_s"] == 0.001 and r["samples"] == [0.001]
+        assert r["figures"]["did_not_complete"] == "connect"  # the first thing it bounds
+        assert r["figures"]["requested_backend"] == "legacy"
+    for family in ("store_init", "store_barrier", "store_ops"):
+        result.stdout.fnmatch_lines([f"# {family}  backend=gloo*", "*backend*clients*", "*",
+                                     "legacy (asked) * 12 *did not complete in 0.001 s*"])
+    result.stdout.fnmatch_lines(["*# legacy (asked) 12: did not complete in 0.001 s (connect): "
+                                 "the server did not see all 12 clients within 0.001 s*"])
+
+
+BARRIER_NEVER_COMPLETES = """
+import pytest
+from datetime import timedelta
+from pytest_distbench.families.store import barrier
+from pytest_distbench.families.store.harness import StoreConfig
+
+def _never(store, key, world_size, timeout):
+    store.wait([key + ":nobody-sets-this"], timeout)  # a barrier the server never gets through
+
+def _broken(store, key, world_size, timeout):
+    raise ValueError("a bug in the harness")
+
+@pytest.mark.distbench
+@pytest.mark.parametrize("how", ["never", "broken"])
+def test_barrier(distbench, tcp_store, monkeypatch, how):
+    monkeypatch.setattr(barrier, "store_based_barrier", {"never": _never, "broken": _broken}[how])
+    barrier.run_barrier(distbench, tcp_store, 6, "legacy", StoreConfig(rounds=2, timeout_s=1.0))
+"""
+
+
+def test_a_barrier_past_the_store_timeout_is_a_row_and_a_harness_bug_a_failure(pytester,
+                                                                               distbench_run):
+    """The issue's case itself: the server's own client's `wait` times out in the barrier
+    phase. That is the store's result (the test passes, its row and -v line say so); an error
+    of the harness in the same place still fails the test."""
+    pytester.makepyfile(test_late=BARRIER_NEVER_COMPLETES)
+    out = pytester.path / "late.json"
+    result = distbench_run("--distbench", "--world-size=2", "-v", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_barrier?gloo-ws2-never? PASSED*did not complete in 1 s*",
+        "*test_barrier?gloo-ws2-broken? FAILED*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*legacy*6*2*did not complete in 1 s*-*",
+        "*# legacy 6: did not complete in 1 s (barrier): rank *wait timeout after 1000ms*"])
+    assert "ValueError: a bug in the harness" in result.stdout.str()
+    [record] = _records(out)
+    assert record["incomplete"]["bound_s"] == 1.0 and record["samples"] == [1.0]
+    assert record["figures"]["did_not_complete"] == "barrier"
+    assert record["figures"]["server_backend"] == "legacy"  # the store started: it says so

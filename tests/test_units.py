@@ -9,6 +9,7 @@ from pytest_distbench import units
 from pytest_distbench.units import (
     format_duration_us,
     format_size,
+    format_size_exact,
     parse_duration,
     parse_fraction,
     parse_positive_int_list,
@@ -105,6 +106,21 @@ def test_parse_size_error_does_not_leak_python_int_limit() -> None:
     # int() refuses > 4300 digits with its own message; ours must quote the input.
     with pytest.raises(ValueError, match="invalid size"):
         parse_size("9" * 5000)
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=1 << 62))
+@example(18720)  # a DDP step's parameters: "18.3 KiB" is not a whole number of bytes
+@example(3000)
+@example(1067040)
+@example((64 << 20) - 4)
+def test_a_table_size_is_exactly_the_bytes_in_binary_units_or_the_bytes_themselves(n: int):
+    text = format_size_exact(n)
+    number, unit = text.split(" ")
+    assert unit in ("B", "KiB", "MiB", "GiB", "TiB")
+    assert text in (format_size(n), f"{n} B")  # the rounded size only where it is exact
+    if n:
+        assert parse_size(text) == n
 
 
 @FAST

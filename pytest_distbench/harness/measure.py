@@ -209,18 +209,25 @@ class Distbench:
         wrong: int | None = None,
         name: str | None = None,
         figures: dict[str, Any] | None = None,
+        incomplete: tuple[float, str] | None = None,
     ) -> None:
         """Hand in samples (seconds) timed by the test itself, for what `measure` cannot time.
 
         Every rank must call it with the same number of samples, as with `measure`; the
         controller takes the slowest rank per sample. A rank with nothing of its own to time
         passes the samples it was given by the rank that timed them.
+
+        `incomplete=(bound_s, reason)`: what was measured did not finish within `bound_s`, a
+        result rather than a failure; pass `[bound_s]` as the samples. The record is kept and
+        its row says so, but it is never compared, gated or plotted (docs/results-schema.md).
         """
         self._check_new(name, nbytes, "record")
         self._keep(
             name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
             busbw_factor=busbw_factor, warmup=0, samples=[float(s) for s in samples],
             wrong=wrong, figures=dict(figures or {}), timing=cuda_timing.TEST_TIMED,
+            incomplete=None if incomplete is None else {
+                "bound_s": float(incomplete[0]), "reason": str(incomplete[1])},
         )
 
     def _keep(self, *, dtype: str | torch.dtype | None, busbw_factor: float,

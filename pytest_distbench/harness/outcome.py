@@ -82,12 +82,14 @@ class RunResult:
     stacks: dict[int, str] = field(default_factory=dict)
     output: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    forkserver_gone: int | None = None  # local mode: the pid of the ranks' dead forkserver
 
     @property
     def clean(self) -> bool:
-        """Every rank answered and none failed: the world can be reused."""
+        """Every rank answered, none failed and none left its world unfit: the world can be
+        reused."""
         return not (self.died or self.hung or self.stopped or self.releasers) and all(
-            o.status != "failed" for o in self.outcomes.values())
+            o.status != "failed" and not o.rebuild for o in self.outcomes.values())
 
 
 def tag(rank: int, text: str) -> str:
@@ -246,8 +248,13 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
     """Why the test failed in its ranks ("" if it did not): deaths, tracebacks tagged with
     their rank (the first to fail first), a hang's stacks, the ranks released or stopped."""
     parts = []
+    if result.forkserver_gone is not None:
+        ranks = ", ".join(map(str, sorted(result.died)))
+        parts.append(f"the forkserver that forked the ranks (pid {result.forkserver_gone}) died; "
+                     f"rank(s) {ranks} died with it (multiprocessing says exit code 255 for each)")
     for r, code in sorted(result.died.items()):
-        parts.append(f"rank {r} died during the test: {describe_exit(code)}")
+        if result.forkserver_gone is None:
+            parts.append(f"rank {r} died during the test: {describe_exit(code)}")
     failed = sorted((result.failure_order.get(r, 0), r) for r, o in result.outcomes.items()
                     if o.status == "failed")
     for position, (_, r) in enumerate(failed):
@@ -255,6 +262,8 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
         if position and result.releasers:
             parts.append(f"rank {r} failed after rank {failed[0][1]} did (released from "
                          f"waiting for it):\n{body}")
+        elif result.outcomes[r].rebuild == "leftovers":
+            parts.append(f"rank {r} passed, then:\n{body}")
         else:
             parts.append(f"rank {r} raised:\n{body}")
     if result.releasers:
@@ -274,7 +283,23 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
             f"ranks {result.stopped} were still running after that and were stopped; "
             "the world will be rebuilt"
         )
-    return "\n\n".join(parts)
+    text = "\n\n".join(parts)
+    if failed and not result.died:
+        # pytest's short test summary shows a failure's first line only: make it the first
+        # failing rank's error, as it shows an ordinary test's, not "rank 0 raised:".
+        first = failed[0][1]
+        text = f"rank {first}: {error_line(result.outcomes[first].message)}\n{text}"
+    return text
+
+
+def error_line(message: str) -> str:
+    """The error of a rank's report: its first line that is not a traceback's header or one
+    of its indented frame lines (`AssertionError: replicas diverged`)."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if not line[0].isspace() and not line.startswith("Traceback (most recent call last)"):
+            return line
+    return lines[0].strip() if lines else "failed"
 
 
 def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]]) -> None:
@@ -359,6 +384,8 @@ def build_records(
             "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
             "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
         }
+        if first.incomplete:
+            record["incomplete"] = first.incomplete
         timed = [r for r, m in enumerate(ms) if m.timed]
         if len(timed) < len(ms):
             record["timed_ranks"] = timed

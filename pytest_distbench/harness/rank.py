@@ -20,6 +20,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import leftovers
 from .threads import intra_op_threads
 from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
@@ -50,12 +51,21 @@ def main(spec: RankSpec, conn: Connection, lifeline: Connection) -> None:
             os._exit(0)
         if isinstance(message, Shutdown):
             rank.close(message.timeout_s)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_output()
             os._exit(0)
         outcome = rank.run(message)
         with rank.send_lock:
             conn.send(outcome)
+
+
+def _flush_output() -> None:
+    """Flush stdout and stderr; a stream whose descriptor the test closed (or replaced) is
+    dropped, not raised: the error would take the place of the test's own outcome."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _redirect_output(path: str) -> None:
@@ -149,9 +159,26 @@ class Rank:
         return rank_environment(self.spec.backend, self.device)
 
     def run(self, task: RunTest) -> TestOutcome:
+        """Run one test body; then make sure it left this rank fit for the next one."""
+        self.tests_run += 1
+        before = leftovers.snapshot()
+        outcome = self._run_body(task)
+        if outcome.status == "failed":
+            return outcome  # the world is rebuilt after a failure anyway
+        left = leftovers.left_behind(before)
+        if left:
+            then = ("The world is rebuilt." if self.conn is not None else "This process is "
+                    "the rank (launcher mode): a thread it left runs on through the later tests.")
+            return TestOutcome(rank=self.spec.rank, status="failed", message=(
+                "the test left running in this rank: " + "; ".join(left) + ". A test must "
+                "stop what it starts: the next test in this world would be measured beside "
+                f"it. {then}"), rebuild="leftovers")
+        outcome.rebuild = leftovers.process_group_gone(self.group, self.control)
+        return outcome
+
+    def _run_body(self, task: RunTest) -> TestOutcome:
         from _pytest.outcomes import Skipped
 
-        self.tests_run += 1
         try:
             function = _resolve(task)
             kwargs = dict(task.kwargs)
@@ -172,8 +199,7 @@ class Rank:
             self._stop_rpc(graceful=False)
             return TestOutcome(rank=self.spec.rank, status="failed", message=message)
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_output()
         return TestOutcome(
             rank=self.spec.rank, status="passed", measurements=distbench.measurements
         )

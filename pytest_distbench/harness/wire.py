@@ -156,6 +156,9 @@ class Measurement:
     # CUDA worlds: this rank's caching-allocator peaks during the measurement, bytes.
     peak_gpu_allocated_bytes: int | None = None
     peak_gpu_reserved_bytes: int | None = None
+    # What the test measured did not finish within its bound (a result, not a failure):
+    # {"bound_s", "reason"}; the samples are then only that bound.
+    incomplete: dict[str, Any] | None = None
 
 
 @dataclass
@@ -164,6 +167,9 @@ class TestOutcome:
     status: str  # "passed", "failed" or "skipped"
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
+    # Why this rank's world cannot host another test ("" when it can): the test destroyed its
+    # process group, or left a thread or child process running (harness/leftovers.py).
+    rebuild: str = ""
 
 
 @dataclass(frozen=True)

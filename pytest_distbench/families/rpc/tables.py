@@ -25,7 +25,7 @@ _SEED_LABELS = {
 
 
 def _size(nbytes: int | None) -> str:
-    return "-" if nbytes is None else units.format_size(nbytes)
+    return "-" if nbytes is None else units.format_size_exact(nbytes)
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
@@ -57,11 +57,16 @@ def render_latency(records: list[dict[str, Any]]) -> str:
 def render_throughput(records: list[dict[str, Any]]) -> str:
     records = sorted(records, key=lambda r: (r["nbytes"] or 0, r["figures"].get("credits", 0)))
     rows = []
+    capped = ""
     for r in records:
         s, f = r["summary"], r["figures"]
         credits = f.get("credits", "-")
         if f.get("credits_requested", credits) != credits:  # the byte cap left fewer in flight
             credits = f"{credits} (of {f['credits_requested']})"
+            # The note explains a row of this table, in its own figures.
+            capped = capped or (f"; '{credits}': {f['credits_requested']} requested, "
+                                f"{f['credits']} ran in flight (an iteration carries at most "
+                                "256 MiB)")
         rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
                      ci.with_pct(units.figure_cell(f.get("msgs_per_s")), ci.rate_pct(r), r),
@@ -69,9 +74,8 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
     return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
                          "msgs/s ± 95% CI",
                          "MB/s (payload one way)", "stalls"]) + (
-        "\n# rpc_async to rank 1 with at most `credits` unanswered (an iteration carries at most "
-        "256 MiB: '4 (of 256)' ran 4 in flight); rates from the p50 iteration; MB/s = msgs/s x "
-        "size / 1e6")
+        f"\n# rpc_async to rank 1 with at most `credits` unanswered{capped}; rates from the p50 "
+        "iteration; MB/s = msgs/s x size / 1e6")
 
 
 def render_transports(records: list[dict[str, Any]]) -> str:

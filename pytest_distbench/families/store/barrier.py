@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import plan
-from .harness import StoreConfig, record_facts, simulated_store
+from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_barrier"
 
@@ -44,19 +44,23 @@ def barrier_rounds(store: Any, clients: int, rounds: int, timeout: timedelta) ->
 def run_barrier(distbench: Any, tcp_store: Any, clients: int, backend: str,
                 config: StoreConfig) -> None:
     timeout = timedelta(seconds=config.timeout_s)
-    with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
-        results, server_times = sim.run_phase(
-            lambda client, _id: barrier_rounds(client, clients, config.rounds, timeout),
-            lambda store: barrier_rounds(store, clients, config.rounds, timeout),
-            label="barrier")
-        samples = sim.exchange.from_server("barrier/times", server_times)
-        # Per round, the slowest of this rank's clients, then of all ranks' clients.
-        slowest = [max(r) for r in zip(*[r for r in results if r], strict=True)]
-        slowest_all = sim.exchange.all("barrier/clients", slowest)
-        figures = record_facts(sim)
-        figures["rounds"] = config.rounds
-        figures["client_barrier_max_s"] = [
-            max(v) for v in zip(*[s for s in slowest_all if s], strict=True)]
-        if sim.connect_s:
-            figures.update(plan.connect_summary(sim.connect_s))
+    try:
+        with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
+            results, server_times = sim.run_phase(
+                lambda client, _id: barrier_rounds(client, clients, config.rounds, timeout),
+                lambda store: barrier_rounds(store, clients, config.rounds, timeout),
+                label="barrier")
+            samples = sim.exchange.from_server("barrier/times", server_times)
+            # Per round, the slowest of this rank's clients, then of all ranks' clients.
+            slowest = [max(r) for r in zip(*[r for r in results if r], strict=True)]
+            slowest_all = sim.exchange.all("barrier/clients", slowest)
+            figures = record_facts(sim)
+            figures["rounds"] = config.rounds
+            figures["client_barrier_max_s"] = [
+                max(v) for v in zip(*[s for s in slowest_all if s], strict=True)]
+            if sim.connect_s:
+                figures.update(plan.connect_summary(sim.connect_s))
+    except DidNotComplete as exc:
+        record_incomplete(distbench, FAMILY, exc, rounds=config.rounds)
+        return
     distbench.record(samples, family=FAMILY, figures=figures)

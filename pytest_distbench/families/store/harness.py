@@ -13,13 +13,16 @@ before the server starts and their connections queue in the backlog from the fir
 
 Every store call is bounded by ``StoreConfig.timeout_s``; every thread is joined and every
 client dropped before the test returns; a rank that cannot host its part says why (file
-descriptors, memory, threads) and every rank fails with that reason.
+descriptors, memory, threads) and every rank fails with that reason. A store that does not
+finish a phase within the bound is a measured result (``DidNotComplete``: its record says
+so), not a failure of the harness.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import socket
 import threading
@@ -45,6 +48,21 @@ class StoreConfig:
 
     rounds: int
     timeout_s: float
+
+
+# What went wrong in a rank, from the least to the most serious: the store timed out (a result),
+# the store failed otherwise (a reset after the other side timed out, say), the harness failed.
+TIMEOUT, STORE, HARNESS = "timeout", "store", "harness"
+_TIMEOUT_TEXT = re.compile(r"time ?out|timed out", re.IGNORECASE)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """TIMEOUT for a store call that ran past its bound (torch: DistStoreError 'wait timeout
+    after 120000ms', 'Timed out after 121 seconds waiting for clients', DistNetworkError
+    'timed out ... trying to connect'), STORE for any other store error, HARNESS for the rest."""
+    if not isinstance(exc, dist.DistError):
+        return HARNESS
+    return TIMEOUT if _TIMEOUT_TEXT.search(str(exc)) else STORE
 
 
 def raise_nofile() -> dict[str, int]:
@@ -97,6 +115,7 @@ class Crew:
         self.clients: list[Any] = [None] * len(ids)
         self.results: list[Any] = [None] * len(ids)
         self.errors: dict[int, str] = {}
+        self.kinds: dict[int, str] = {}  # failure_kind of each error
         self._lock = threading.Lock()
         self._go = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
@@ -131,13 +150,14 @@ class Crew:
                 seen, task = self._generation, self._task
             try:
                 result = task(slot)
-                error = None
+                error = kind = None
             except BaseException as exc:  # noqa: BLE001 - reported per client, never lost
-                result, error = None, f"{type(exc).__name__}: {exc}"
+                result, error, kind = None, f"{type(exc).__name__}: {exc}", failure_kind(exc)
             with self._lock:
                 self.results[slot] = result
                 if error is not None:
                     self.errors[slot] = error
+                    self.kinds[slot] = kind
                 self._pending -= 1
                 if self._pending == 0:
                     self._done.notify_all()
@@ -147,9 +167,14 @@ class Crew:
             self._task = task
             self.results = [None] * len(self.ids)
             self.errors = {}
+            self.kinds = {}
             self._pending = len(self.ids)
             self._generation += 1
             self._go.notify_all()
+
+    def worst(self) -> str:
+        """The most serious kind among the errors of the last task."""
+        return _worst(self.kinds.values())
 
     def wait(self, timeout_s: float) -> bool:
         """True when every thread finished the task; False if some had not by the deadline."""
@@ -263,11 +288,35 @@ class StoreFailure(RuntimeError):
     pass
 
 
-def agree(exchange: Exchange, key: str, problem: str | None) -> None:
-    """Every rank shares its problem (or None); every rank raises if any rank has one."""
-    problems = [p for p in exchange.all(key, problem) if p]
-    if problems:
-        raise StoreFailure("; ".join(problems))
+class DidNotComplete(StoreFailure):
+    """A phase the store did not finish within the store timeout, with nothing but store
+    errors on any rank: a measured result (record_incomplete), not a failure of the harness."""
+
+    def __init__(self, bound_s: float, what: str, reason: str) -> None:
+        super().__init__(reason)
+        self.bound_s, self.what, self.reason = bound_s, what, reason
+        self.facts: dict[str, Any] = {}  # record_facts of the store, set on the way out
+
+
+def _worst(kinds: Any) -> str:
+    order = (TIMEOUT, STORE, HARNESS)
+    return max(kinds, key=order.index, default=TIMEOUT)
+
+
+def agree(exchange: Exchange, key: str, problem: str | None, kind: str = HARNESS,
+          bound_s: float | None = None) -> None:
+    """Every rank shares its problem (or None) and its failure_kind; every rank raises if any
+    rank has one: DidNotComplete when some rank's store timed out within `bound_s` and no
+    rank's harness failed (the others' store errors follow from it: a client reset by a
+    server that gave up), StoreFailure otherwise."""
+    shared = [(p, k) for p, k in exchange.all(key, [problem, kind]) if p]
+    if not shared:
+        return
+    reason = "; ".join(p for p, _ in shared)
+    kinds = {k for _, k in shared}
+    if bound_s is not None and TIMEOUT in kinds and HARNESS not in kinds:
+        raise DidNotComplete(bound_s, key.split("/")[0], reason)
+    raise StoreFailure(reason)
 
 
 @dataclass
@@ -300,21 +349,24 @@ class SimulatedStore:
         crew = self.crew
         if crew is not None:
             crew.start(lambda slot: task(crew.clients[slot], crew.ids[slot]))
-        master_result, problem = None, None
+        master_result, problem, kinds = None, None, []
         if master_task is not None and self.server is not None:
             try:
                 master_result = master_task(self.server.store)
             except Exception as exc:  # noqa: BLE001 - shared with every rank below
                 problem = f"rank {self.rank}: the server's own client failed in {label}: {exc}"
+                kinds.append(failure_kind(exc))
         if crew is not None:
             if not crew.wait(self.config.timeout_s + JOIN_GRACE_S):
                 problem = problem or (f"rank {self.rank}: clients still busy in {label} after "
                                       f"{self.config.timeout_s:g} s")
+                kinds.append(TIMEOUT)
             elif crew.errors:
                 slot, error = next(iter(sorted(crew.errors.items())))
                 problem = problem or (f"rank {self.rank}: {len(crew.errors)} client(s) failed "
                                       f"in {label}, e.g. client {crew.ids[slot]}: {error}")
-        agree(self.exchange, f"{label}/status", problem)
+                kinds.append(crew.worst())
+        agree(self.exchange, f"{label}/status", problem, _worst(kinds), self.config.timeout_s)
         return (list(crew.results) if crew else []), master_result
 
 
@@ -337,6 +389,15 @@ def simulated_store(distbench: Any, tcp_store: Any, clients: int, backend: str,
     try:
         _start(sim)
         yield sim
+    except DidNotComplete as exc:
+        # A result: the clients' calls are bounded by the same timeout, so they all return;
+        # they are joined as on success, and one that does not is the harness's failure.
+        exc.facts = record_facts(sim)
+        left = _stop(sim, config.timeout_s + JOIN_GRACE_S)
+        if left:
+            raise StoreFailure(f"rank {rank}: {exc}; then {len(left)} client threads did not "
+                               f"stop within the timeout (e.g. {left[0]})") from None
+        raise
     except BaseException:
         # A client stuck in its constructor cannot be interrupted: join briefly and let the
         # failed test's world be killed with it; the first failure is the one to report.
@@ -376,6 +437,7 @@ def _start(sim: SimulatedStore) -> None:
     if sim.crew is not None:
         sim.crew.start(connect)
     problem = None
+    kinds = []
     facts: dict[str, Any] = {}
     if sim.server is not None:
         try:
@@ -385,23 +447,27 @@ def _start(sim: SimulatedStore) -> None:
         except Exception as exc:  # noqa: BLE001 - shared with every rank below
             problem = (f"the server did not see all {sim.clients} clients within "
                        f"{sim.config.timeout_s:g} s: {exc}")
+            kinds.append(failure_kind(exc))
     if sim.crew is not None:
         done, peak = _wait_watching_fds(sim.crew, sim.config.timeout_s + JOIN_GRACE_S)
         sim.peak_fds = peak
         if not done:
             problem = problem or f"rank {sim.rank}: clients still connecting after the timeout"
+            kinds.append(TIMEOUT)
         elif sim.crew.errors:
             slot, error = next(iter(sorted(sim.crew.errors.items())))
             problem = problem or (
                 f"rank {sim.rank}: {len(sim.crew.errors)} of {sim.placement.count} clients "
                 f"could not connect, e.g. client {sim.crew.ids[slot]}: {error.splitlines()[0]}")
+            kinds.append(sim.crew.worst())
         soft = sim.limits["nofile_soft"]
         if problem and peak >= soft - max(plan.FD_MARGIN, soft // 50):
             problem += (f" -- the descriptor limit was nearly reached (peak {peak} open "
                         f"of {soft}): while its reverse lookup is pending a "
                         "connecting client also holds a resolver socket; use more ranks "
                         "(--world-size) or raise the hard limit")
-    agree(sim.exchange, "connect/status", problem)
+            kinds.append(HARNESS)  # the machine's limit, not the store's speed
+    agree(sim.exchange, "connect/status", problem, _worst(kinds), sim.config.timeout_s)
     mine = [t for t in (sim.crew.results if sim.crew else []) if t is not None]
     times = sim.exchange.all("connect/times", mine)
     sim.connect_s = [t for per_rank in times for t in per_rank]
@@ -459,6 +525,15 @@ def record_facts(sim: SimulatedStore) -> dict[str, Any]:
         "handoff_s": sim.handoff_s,
         "peak_fds": sim.facts.get("peak_fds"),
     }
+
+
+def record_incomplete(distbench: Any, family: str, exc: DidNotComplete,
+                      name: str | None = None, **figures: Any) -> None:
+    """The record of a phase the store did not finish within the timeout: its one sample is
+    the bound, its row says 'did not complete in N s' and why (docs/store.md)."""
+    figures = dict(exc.facts, did_not_complete=exc.what, **figures)
+    distbench.record([exc.bound_s], family=family, name=name, figures=figures,
+                     incomplete=(exc.bound_s, exc.reason))
 
 
 def store_config(config: Any, node: Any) -> StoreConfig:

@@ -11,20 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 from . import plan
-from .harness import StoreConfig, record_facts, simulated_store
+from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_init"
 
 
 def run_init(distbench: Any, tcp_store: Any, clients: int, backend: str,
              config: StoreConfig) -> None:
-    with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
-        figures = record_facts(sim)
-        if sim.connect_s:
-            figures.update(plan.connect_summary(sim.connect_s))
-            figures["init_without_stalls_s"] = plan.init_without_stalls(sim.init_s,
-                                                                        sim.connect_s)
-        figures["slow_connect_threshold_s"] = plan.SLOW_CONNECT_S
-        figures["connect_s"] = sim.connect_s
-        init_s = sim.init_s
+    try:
+        with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
+            figures = record_facts(sim)
+            if sim.connect_s:
+                figures.update(plan.connect_summary(sim.connect_s))
+                figures["init_without_stalls_s"] = plan.init_without_stalls(sim.init_s,
+                                                                            sim.connect_s)
+            figures["slow_connect_threshold_s"] = plan.SLOW_CONNECT_S
+            figures["connect_s"] = sim.connect_s
+            init_s = sim.init_s
+    except DidNotComplete as exc:
+        record_incomplete(distbench, FAMILY, exc)
+        return
     distbench.record([init_s], family=FAMILY, figures=figures)

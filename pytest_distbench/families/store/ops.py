@@ -18,7 +18,7 @@ from typing import Any
 import torch.distributed as dist
 
 from . import plan
-from .harness import StoreConfig, record_facts, simulated_store
+from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_ops"
 VALUE = b"distbench-value!"  # 16 bytes
@@ -125,26 +125,40 @@ def _loop(op: Op, rounds: int) -> Callable[[Any, int], tuple[list[float], int]]:
 def run_ops(distbench: Any, tcp_store: Any, clients: int, backend: str,
             config: StoreConfig) -> None:
     measured = []
-    with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
-        facts = record_facts(sim)
-        for name in available_ops():
-            task = _loop(OPS[name], config.rounds)
-            dist.barrier(group=sim.group)
-            began = time.perf_counter()
-            results, mine = sim.run_phase(task, lambda store, t=task: t(store, 0), label=name)
-            dist.barrier(group=sim.group)
-            wall = time.perf_counter() - began
-            per_client = [r for r in results if r] + ([mine] if mine else [])
-            latencies = [t for times, _ in per_client for t in times]
-            wrong = sum(w for _, w in per_client)
-            everyone = sim.exchange.all(f"{name}/latencies", [latencies, wrong])
-            wall = sim.exchange.from_server(f"{name}/wall", wall)
-            samples = [t for lat, _ in everyone for t in lat]
-            figures = dict(facts, op=name, rounds=config.rounds,
-                           round_trip=OPS[name].round_trip,
-                           **plan.latency_summary(samples, wall))
-            measured.append((name, samples, sum(w for _, w in everyone), figures))
+    stopped: tuple[str, DidNotComplete] | None = None
+    try:
+        with simulated_store(distbench, tcp_store, clients, backend, config) as sim:
+            _run_ops(sim, config, measured)
+    except DidNotComplete as exc:
+        # The operations measured before it keep their records; the rest did not run.
+        stopped = (exc.what if exc.what in OPS else "connect", exc)
     for name, samples, wrong, figures in measured:
         # The controller adds `wrong` over ranks: only the server's rank reports the total.
         distbench.record(samples, family=FAMILY, name=name, figures=figures,
                          wrong=wrong if distbench.rank == plan.SERVER_RANK else 0)
+    if stopped is not None:
+        name, exc = stopped
+        record_incomplete(distbench, FAMILY, exc, name=name, op=name, rounds=config.rounds)
+
+
+def _run_ops(sim: Any, config: StoreConfig, measured: list[Any]) -> None:
+    """Each operation in turn on every client at once; appends (name, samples, wrong,
+    figures) to `measured` as each completes."""
+    facts = record_facts(sim)
+    for name in available_ops():
+        task = _loop(OPS[name], config.rounds)
+        dist.barrier(group=sim.group)
+        began = time.perf_counter()
+        results, mine = sim.run_phase(task, lambda store, t=task: t(store, 0), label=name)
+        dist.barrier(group=sim.group)
+        wall = time.perf_counter() - began
+        per_client = [r for r in results if r] + ([mine] if mine else [])
+        latencies = [t for times, _ in per_client for t in times]
+        wrong = sum(w for _, w in per_client)
+        everyone = sim.exchange.all(f"{name}/latencies", [latencies, wrong])
+        wall = sim.exchange.from_server(f"{name}/wall", wall)
+        samples = [t for lat, _ in everyone for t in lat]
+        figures = dict(facts, op=name, rounds=config.rounds,
+                       round_trip=OPS[name].round_trip,
+                       **plan.latency_summary(samples, wall))
+        measured.append((name, samples, sum(w for _, w in everyone), figures))

@@ -24,10 +24,33 @@ def _us(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e6:.0f}"
 
 
+def _backend(row: dict[str, Any]) -> str:
+    """What the server reported it ran; a store that never started reported nothing, so its
+    row names the backend asked for, and says so."""
+    f = row["figures"]
+    return f.get("server_backend") or f"{f.get('requested_backend')} (asked)"
+
+
 def _order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: (str(r["figures"].get("server_backend")),
-                                       r["figures"].get("clients", 0),
+    return sorted(rows, key=lambda r: (_backend(r), r["figures"].get("clients", 0),
                                        str(r["figures"].get("op", ""))))
+
+
+def _incomplete(row: dict[str, Any], leading: list[Any], width: int) -> list[Any] | None:
+    """The row of a store that did not finish within the timeout (a result: docs/store.md),
+    or None for a measured row."""
+    text = ci.incomplete_text(row)
+    return None if text is None else leading + [text] + ["-"] * (width - len(leading) - 1)
+
+
+def _incomplete_notes(rows: list[dict[str, Any]]) -> str:
+    """Why each row that did not complete stopped (the first rank's words)."""
+    return "".join(
+        f"\n# {_backend(r)} {r['figures'].get('clients')}"
+        + (f" {r['figures']['op']}" if r["figures"].get("op") else "")
+        + f": {ci.incomplete_text(r)} ({r['figures'].get('did_not_complete')}): "
+        + r["incomplete"]["reason"].split("; ")[0]
+        for r in _order(rows) if r.get("incomplete"))
 
 
 def _table(body: list[list[Any]], headers: list[str]) -> str:
@@ -35,6 +58,10 @@ def _table(body: list[list[Any]], headers: list[str]) -> str:
 
 
 def _limits(rows: list[dict[str, Any]]) -> str:
+    # A store that did not finish connecting has not shared its ranks' limits.
+    rows = [r for r in rows if r["figures"].get("nofile_soft")]
+    if not rows:
+        return "# RLIMIT_NOFILE and where the server listens: not known (no store connected)"
     soft = {s for r in rows for s in r["figures"].get("nofile_soft", [])}
     before = {s for r in rows for s in r["figures"].get("nofile_before", [])}
     listen = {r["figures"].get("server_listen") for r in rows}
@@ -49,6 +76,10 @@ def render_init(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):
         f = r["figures"]
+        incomplete = _incomplete(r, [_backend(r), f.get("clients")], 9)
+        if incomplete:
+            body.append(incomplete)
+            continue
         body.append([f.get("server_backend"), f.get("clients"), _s(r["summary"]["p50"]),
                      _ms(f.get("connect_p50_s")), _ms(f.get("connect_p95_s")),
                      _ms(f.get("connect_max_s")),
@@ -62,7 +93,8 @@ def render_init(rows: list[dict[str, Any]]) -> str:
         "connect = one simulated client's constructor; init w/o slow = init less the slow "
         "connects' delay (the slowest connect under "
         f"{plan.SLOW_CONNECT_S:g} s taken as the last); hand-off = the harness waking its "
-        "client threads (the slowest rank), part of init\n" + _confounded(rows) + _limits(rows))
+        "client threads (the slowest rank), part of init\n" + _confounded(rows) + _limits(rows)
+        + _incomplete_notes(rows))
 
 
 def _confounded(rows: list[dict[str, Any]]) -> str:
@@ -81,6 +113,10 @@ def render_barrier(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):
         f, s = r["figures"], r["summary"]
+        incomplete = _incomplete(r, [_backend(r), f.get("clients"), f.get("rounds")], 8)
+        if incomplete:
+            body.append(incomplete)
+            continue
         body.append([f.get("server_backend"), f.get("clients"), r["iterations"],
                      ci.with_pct(_ms(s["p50"]), ci.p50_pct(r), r),
                      _ms(s["mean"]), _ms(s["p95"]), _ms(s["max"]), _s(f.get("init_s"))])
@@ -89,13 +125,17 @@ def render_barrier(rows: list[dict[str, Any]]) -> str:
                "max (ms)", "init (s)"]
     return _table(body, headers) + (
         "\n# one store-based barrier of all clients, timed on the server's own client "
-        "(the study divides the total of its rounds: that is the mean)")
+        "(the study divides the total of its rounds: that is the mean)" + _incomplete_notes(rows))
 
 
 def render_ops(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):
         f = r["figures"]
+        incomplete = _incomplete(r, [_backend(r), f.get("clients"), f.get("op")], 8)
+        if incomplete:
+            body.append(incomplete)
+            continue
         op = f.get("op") if f.get("round_trip", True) else f"{f.get('op')} (send)"
         body.append([f.get("server_backend"), f.get("clients"), op,
                      ci.with_pct(_us(f.get("latency_p50_s")), ci.p50_pct(r), r),
@@ -107,7 +147,7 @@ def render_ops(rows: list[dict[str, Any]]) -> str:
     return _table(body, headers) + (
         "\n# latency = one operation's round trip from one client while all clients run "
         "((send): set and multi_set wait for no reply); ops/s = all clients' operations / "
-        "wall time")
+        "wall time" + _incomplete_notes(rows))
 
 
 def render_routes(rows: list[dict[str, Any]]) -> str:

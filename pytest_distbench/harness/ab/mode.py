@@ -82,7 +82,7 @@ class ABMode:
             interpreter=self.interpreter,
         )
         session.contexts[BASELINE] = self._server.context(BASELINE)
-        self._server.ensure_running()
+        session.inside(self._server.ensure_running)
 
     def close(self) -> None:
         if self._server is not None:

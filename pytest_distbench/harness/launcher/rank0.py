@@ -155,7 +155,7 @@ class RankZeroSession(LauncherSession):
                posted: dict[int, wire.Outcome]) -> tuple[list[dict[str, Any]], wire.Verdict]:
         """The test's records (kept, gated) and the verdict every rank applies."""
         self.rank_infos.extend(o.info for o in posted.values() if o.info)
-        rebuild = any(o.status == "failed" or o.released for o in posted.values())
+        rebuild = any(o.status == "failed" or o.released or o.rebuild for o in posted.values())
         verdict = wire.Verdict("passed", "", rebuild)
         records: list[dict[str, Any]] = []
         try:
@@ -224,7 +224,8 @@ def run_result(posted: dict[int, wire.Outcome]) -> RunResult:
     """The ranks' outcomes as the outcome pipeline takes them."""
     return RunResult(
         outcomes={r: TestOutcome(rank=r, status=o.status, message=o.message,
-                                 measurements=[Measurement(**m) for m in o.measurements])
+                                 measurements=[Measurement(**m) for m in o.measurements],
+                                 rebuild=o.rebuild)
                   for r, o in posted.items()},
         output={r: o.output for r, o in posted.items() if o.output},
         failure_order={r: o.order or 0 for r, o in posted.items() if o.status == "failed"},

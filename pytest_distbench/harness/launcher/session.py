@@ -190,7 +190,7 @@ class LauncherSession(Session):
                 result = rank_obj.run(task)
         return wire.Outcome(status=result.status, message=result.message,
                             measurements=[asdict(m) for m in result.measurements],
-                            output=self._take_output(), info=info)
+                            output=self._take_output(), info=info, rebuild=result.rebuild)
 
     def _wait_for_the_others(self, running: hang.Running, outcome: wire.Outcome) -> None:
         """A rank whose body did not pass gives the others FAILURE_GRACE_S to finish theirs,

@@ -79,6 +79,7 @@ class Outcome:
     order: int | None = None  # the rank's place among the failed ranks (FAILURES)
     released: bool = False  # it closed its process group to release the others
     info: dict[str, Any] | None = None  # what the rank saw of its world when it joined
+    rebuild: str = ""  # why its world cannot host another test (wire.TestOutcome.rebuild)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +89,8 @@ class Outcome:
         _expect_fields(cls, data)
         if data["status"] not in ("passed", "failed", "skipped"):
             raise WireError(f"outcome status {data['status']!r}")
-        checks = {"message": str, "measurements": list, "output": str, "released": bool}
+        checks = {"message": str, "measurements": list, "output": str, "released": bool,
+                  "rebuild": str}
         for name, kind in checks.items():
             if not isinstance(data[name], kind):
                 raise WireError(f"outcome field {name!r} is {type(data[name]).__name__}")

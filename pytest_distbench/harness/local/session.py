@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
+import os
 import shutil
 import signal
 import socket
-import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,17 +20,23 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
+from .leftovers import hold, make_capture_dir, remove_leftovers
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
+from .netns import PrivateNetwork
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
 MAX_LIVE_RANKS = 32
 START_TIMEOUT_S = 120.0
+T = TypeVar("T")
 
 
 class LocalSession(Session):
-    def __init__(self, force: bool = False) -> None:
+    def __init__(self, force: bool = False, private_network: bool = False) -> None:
+        """`private_network`: the worlds live in a network namespace of their own
+        (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one."""
         super().__init__()
+        self.network = PrivateNetwork() if private_network else None
         self._sigterm: Any = None
         self.force = force  # --distbench-force: start worlds that look too large for the machine
         self.ranks_announced = 0  # the most ranks an oversubscription warning has named
@@ -39,6 +47,10 @@ class LocalSession(Session):
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
+        remove_leftovers()  # what sessions killed by SIGKILL left in the temporary directory
+        # Held while this session lives: its folders are not leftovers (leftovers.py). The
+        # forkserver's socket goes in multiprocessing's folder of this process.
+        self._owner_locks = [hold(Path(multiprocessing.util.get_temp_dir()))]
 
     # -- worlds -------------------------------------------------------------------------------
 
@@ -65,6 +77,7 @@ class LocalSession(Session):
             timeout_s=timeout_s,
             env=self.rank_env,
             context=self.contexts.get(key.variant),
+            enter=None if self.network is None else self.network.run,
         )
         world.start(START_TIMEOUT_S)
         self.world_starts.append((str(key), world.start_s))
@@ -90,12 +103,24 @@ class LocalSession(Session):
 
             # Port 0: the kernel picks a free port, so parallel sessions never collide; bound to
             # 127.0.0.1 only (a bare TCPStore master listens on every interface).
-            self._store = loopback_store()
+            self._store = self.inside(loopback_store)
         return self._store
+
+    def inside(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` where the worlds' network is: what it binds, connects or starts
+        (a forkserver) stays there."""
+        if self.network is None:
+            return function(*args)
+        return self.network.run(function, *args)
 
     def _captures(self) -> Path:
         if self._capture_dir is None:
-            self._capture_dir = Path(tempfile.mkdtemp(prefix="distbench-ranks-"))
+            self._capture_dir, lock = make_capture_dir()
+            self._owner_locks.append(lock)
+        else:
+            # Made again where a cleaner (or a test body) removed it: a rank that cannot open
+            # its log dies before it can say why.
+            self._capture_dir.mkdir(mode=0o700, exist_ok=True)
         return self._capture_dir
 
     def announce_oversubscription(self, world_sizes: Any) -> list[str]:
@@ -129,9 +154,16 @@ class LocalSession(Session):
             world.stop(timeout_s=5.0)
         self.worlds.clear()
         self._store = None
+        if self.network is not None:
+            self.network.close()
+            self.network = None
         if self._capture_dir is not None:
             shutil.rmtree(self._capture_dir, ignore_errors=True)
             self._capture_dir = None
+        for lock in self._owner_locks:
+            if lock is not None:
+                os.close(lock)
+        self._owner_locks.clear()
 
     def environment_facts(self) -> dict[str, Any]:
         facts = {"launcher": {"name": "local", "hosts": [socket.gethostname()]},

@@ -74,6 +74,32 @@ def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
     return (usable[0],) if bind == "pack" else (usable[rank % len(usable)],)
 
 
+# What multiprocessing reports for a process whose forkserver closed its status pipe unsaid.
+FORKSERVER_GONE_CODE = 255
+
+
+def _proc_stat(pid: int | None, index: int) -> str | None:
+    """Field `index` after the command of /proc/PID/stat (0: state, 1: parent); None when the
+    process is gone or there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return text.rsplit(")", 1)[1].split()[index]
+
+
+def _exited(pid: int, wait_s: float = 1.0) -> bool:
+    """Whether the process `pid` has ended (a zombie, or gone), waiting up to `wait_s` for
+    one that is exiting: its children die (parent-death signal) before it becomes a zombie,
+    and until then multiprocessing would take the forkserver for alive and connect to it."""
+    deadline = time.monotonic() + wait_s
+    while _proc_stat(pid, 0) not in (None, "Z", "X"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class WorldStartError(Exception):
     pass
 
@@ -91,10 +117,14 @@ class World:
         loopback_only: bool = True,
         env: dict[str, str] | None = None,
         context: multiprocessing.context.BaseContext | None = None,
+        enter: Callable[..., None] | None = None,
     ) -> None:
         """`loopback_only`: gloo and TensorPipe listen on loopback (a local world); launcher
         mode passes False to keep the interface the user chose. `env`: more rank environment.
-        `context`: where the ranks are forked from (default: the preloaded forkserver)."""
+        `context`: where the ranks are forked from (default: the preloaded forkserver).
+        `enter`: runs the call that starts the rank processes (and the forkserver, if it
+        must be started again) where the world's network is (netns.PrivateNetwork.run)."""
+        self.enter = enter
         self.key = key
         self.context = context
         self.store_host = store_host
@@ -116,8 +146,8 @@ class World:
 
     # -- life cycle -------------------------------------------------------------------------
 
-    def start(self, start_timeout_s: float) -> None:
-        began = time.perf_counter()
+    def _spawn(self) -> None:
+        """Start the rank processes (each rank then joins the world by itself)."""
         ctx = self.context or forkserver_context()
         for r in range(self.key.world_size):
             spec = RankSpec(
@@ -148,6 +178,13 @@ class World:
             self.processes.append(process)
             self.conns.append(conn)
             self._lifelines.append(lifeline_write)
+
+    def start(self, start_timeout_s: float) -> None:
+        began = time.perf_counter()
+        if self.enter is None:
+            self._spawn()
+        else:
+            self.enter(self._spawn)
         pending = set(range(self.key.world_size))
         deadline = time.monotonic() + start_timeout_s
         while pending:
@@ -170,6 +207,9 @@ class World:
                 self.info[r] = message.info
                 pending.discard(r)
         self.start_s = time.perf_counter() - began
+        # The forkserver forked every rank: its death kills them (their parent-death signal)
+        # and multiprocessing then reports each one as "exit code 255".
+        self.forkserver_pid = _proc_stat(self.processes[0].pid, 1)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Shut down in order (RPC, process group), then make sure nothing is left."""
@@ -243,6 +283,9 @@ class World:
                     failed = message.status != "passed"
                 else:
                     result.died[r] = self.processes[r].exitcode
+                    if (result.died[r] == FORKSERVER_GONE_CODE and self.forkserver_pid
+                            and _exited(int(self.forkserver_pid))):
+                        result.forkserver_gone = int(self.forkserver_pid)
                     failed = True
                 if failed and grace_deadline is None:
                     grace_deadline = time.monotonic() + FAILURE_GRACE_S

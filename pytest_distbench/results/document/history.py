@@ -58,16 +58,16 @@ def with_history(new: dict[str, Any], old: dict[str, Any] | None,
 
 
 def append_run(document: dict[str, Any], path: Path, keep: int = KEEP) -> str:
-    """Add a run to the baseline at path (created if missing), atomically; a line saying so."""
+    """Add a run to the baseline at path (created if missing), atomically; a line saying so.
+
+    A baseline that cannot be read, locked or written is a ResultsFileError naming it."""
     try:
         with _exclusive(path):
             old = read_document(path) if path.exists() else None
             merged = with_history(document, old, keep)
             write_document(merged, path, overwrite=True)
-    except ResultsFileError as exc:
-        return f"distbench: could not append to baseline {path}: {exc}"
     except OSError as exc:
-        return f"distbench: could not write baseline {path}: {exc}"
+        raise ResultsFileError(path, f"cannot write: {exc.strerror or exc}") from None
     runs = len(merged["distbench"][HISTORY_KEY]) + 1
     return f"distbench: appended this run to baseline {path} ({runs} run(s) kept, at most {keep})"
 
@@ -79,7 +79,8 @@ def _exclusive(path: Path) -> Iterator[None]:
     Sessions appending at once would each read the same old file and the last rename would
     keep only its own run. The lock is on a sibling file (PATH.lock, left in place): the
     baseline itself is replaced by a rename, so a lock on it would not stop the next writer."""
-    lock = path.with_name(path.name + ".lock")
+    target = Path(os.path.realpath(path))  # one lock for every symlink to one baseline
+    lock = target.with_name(target.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     try:

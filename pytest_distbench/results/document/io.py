@@ -1,19 +1,33 @@
 """Results files on disk: written atomically, read back strictly, named by baselines.
 
 Any problem with a file is a ResultsFileError whose message names the file and the field.
+Every file the package writes (results, baselines, plots, markdown) goes through
+write_output or append_output: a regular file is replaced atomically (through a symlink, at
+its target), a character device or a FIFO is written through, anything else is refused.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
+from ...units import format_size
 from .schema import SchemaError, is_number, validate_document
+
+# The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
+# times the file in memory; 3 million samples in all (one duration-mode record's most) take
+# about 270 MiB, so a few such records still fit.
+MAX_RESULTS_BYTES = 2**30
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+# Opening a FIFO must neither wait for the other end nor leak into children (POSIX only).
+_OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 _BASELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
@@ -42,40 +56,138 @@ def write_document(doc: dict[str, Any], path: str | os.PathLike[str], *, overwri
     Refuses to replace an existing file unless ``overwrite`` is true
     (ResultsFileExistsError, a ResultsFileError).
     """
-    target = Path(path)
-    if not overwrite and target.exists():
+    if not overwrite and Path(path).exists():
         raise _exists_error(path)
     try:
         data = _dumps(doc).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultsFileError(path, f"cannot serialize the results: {exc}") from None
+    try:
+        write_output(path, data, overwrite=overwrite)
+    except FileExistsError:
+        raise _exists_error(path) from None
+    except OSError as exc:
+        raise ResultsFileError(path, f"cannot write: {exc.strerror or exc}") from None
 
+
+def write_output(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> None:
+    """Write ``data`` as the file ``path`` names, never replacing what is not a regular file.
+
+    A regular file (or none) is written beside its final target and renamed over it, so a
+    symlink stays a symlink and readers see the old content or the new, never half; without
+    ``overwrite`` an existing target is a FileExistsError. A character device or a FIFO with
+    a reader is written through (``/dev/stdout``, a pipe); anything else is an OSError whose
+    message says what the path is. Errors of the device itself (ENOSPC) are raised as they are.
+    """
+    target = Path(os.path.realpath(path))
+    mode = _mode(target)
+    if mode is not None and not stat.S_ISREG(mode):
+        _write_through(path, target, mode, data)
+        return
     directory = target.parent
     tmp: Path | None = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tmp, fd = _create_temp(directory, target.name)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         if overwrite:
+            # Between the check above and here someone may have put a device or a FIFO in
+            # its place: a rename over it would destroy it, so the check is made again.
+            now = _mode(target)
+            if now is not None and not stat.S_ISREG(now):
+                raise OSError(f"{path} became {_kind(now)} while written; not replaced")
             os.replace(tmp, target)
         else:
-            _publish_no_clobber(tmp, target, path)
+            _publish_no_clobber(tmp, target)
         tmp = None
         _fsync_directory(directory)
-    except OSError as exc:
-        raise ResultsFileError(path, f"cannot write: {exc.strerror or exc}") from None
     finally:
         if tmp is not None:
             try:
                 tmp.unlink()
             except OSError:
                 pass
+
+
+def append_output(path: str | os.PathLike[str], data: bytes) -> None:
+    """Append ``data`` to ``path`` (created if missing): a regular file, a character device or
+    a FIFO with a reader; anything else is an OSError saying what the path is."""
+    mode = _mode(Path(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        _write_through(path, Path(path), mode, data)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def output_path_problem(path: str, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take an output (a file, or a ``directory`` of files), found before
+    a run rather than after it: a NUL byte, a name longer than file systems take, or an
+    existing entry of the wrong kind. None when nothing is wrong yet."""
+    if "\0" in path:
+        return "contains a NUL byte"
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            return f"has a name of {size} bytes; file systems take at most {NAME_MAX}"
+    try:
+        mode = _mode(Path(os.path.realpath(path)))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if mode is None or stat.S_ISDIR(mode) == directory:
+        return None
+    if directory:
+        return f"is {_kind(mode)}, not a directory"
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return f"is {_kind(mode)}, not a file that can be written"
+    return None
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _write_through(path: str | os.PathLike[str], target: Path, mode: int, data: bytes) -> None:
+    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        raise OSError(f"{path} is {_kind(mode)}, not a file that can be written")
+    try:
+        # Non-blocking: a FIFO nobody reads refuses at once (ENXIO) instead of waiting forever.
+        fd = os.open(target, os.O_WRONLY | _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(f"{path} is a FIFO that nobody reads") from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _exists_error(path: str | os.PathLike[str]) -> ResultsFileExistsError:
@@ -89,23 +201,24 @@ def _create_temp(directory: Path, name: str) -> tuple[Path, int]:
     # tempfile.mkstemp would leave a 0600 baseline that teammates cannot read.
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        # Cut so that the temporary name fits wherever the target's own name does.
+        tmp = directory / f".{name[:NAME_MAX - 64]}.{secrets.token_hex(6)}.tmp"
         try:
             return tmp, os.open(tmp, flags, 0o666)
         except FileExistsError:
             continue
 
 
-def _publish_no_clobber(tmp: Path, target: Path, path: str | os.PathLike[str]) -> None:
+def _publish_no_clobber(tmp: Path, target: Path) -> None:
     # link() fails if the target exists, closing the race between our exists() check and a
     # concurrent writer; fall back to check-then-replace where hard links are unsupported.
     try:
         os.link(tmp, target)
     except FileExistsError:
-        raise _exists_error(path) from None
+        raise
     except OSError:
-        if target.exists():
-            raise _exists_error(path) from None
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "already exists", str(target)) from None
         os.replace(tmp, target)
         return
     tmp.unlink()
@@ -154,14 +267,7 @@ def _dumps(value: Any, indent: int = 0) -> str:
 
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a results file; any problem is a ResultsFileError naming file and field."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ResultsFileError(path, "no such file") from None
-    except IsADirectoryError:
-        raise ResultsFileError(path, "is a directory, not a results file") from None
-    except OSError as exc:
-        raise ResultsFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    raw = _read_bounded(path)
 
     try:
         text = raw.decode("utf-8-sig")
@@ -190,6 +296,37 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     except SchemaError as exc:
         raise ResultsFileError(path, exc.message, exc.field or None) from None
     return doc
+
+
+def _read_bounded(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a regular file of at most MAX_RESULTS_BYTES; anything else refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise ResultsFileError(path, "no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise ResultsFileError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+                               ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ResultsFileError(path, f"is {_kind(st.st_mode)}, not a results file")
+        too_large = ResultsFileError(path, f"larger than {format_size(MAX_RESULTS_BYTES)}, the "
+                                           "most a results file may be (docs/results-schema.md)")
+        if st.st_size > MAX_RESULTS_BYTES:
+            raise too_large
+        chunks, size = [], 0
+        # Read to the limit, not to st_size: the file may grow while it is read.
+        while chunk := os.read(fd, min(2**24, MAX_RESULTS_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_RESULTS_BYTES:
+                raise too_large
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ResultsFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 class _NonFinite(ValueError):

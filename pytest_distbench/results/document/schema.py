@@ -44,12 +44,18 @@ class RecordError(ValueError):
         self.message = message
 
 
+def is_figure(record: dict[str, Any]) -> bool:
+    """Whether a record's samples are a figure: a record marked invalid (it broke a physical
+    sanity rule) or incomplete (what it measured did not finish within its bound: its samples
+    are only that bound) is kept in the file and never compared, gated or plotted."""
+    return not record.get("invalid") and not record.get("incomplete")
+
+
 def records(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The benchmark records of a (validated) document that are figures, keyed by id, in file
-    order: a record marked invalid (it broke a physical sanity rule) is kept in the file and
-    never read as a figure."""
+    """The benchmark records of a (validated) document that are figures (is_figure), keyed by
+    id, in file order."""
     return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]
-            if not bench["distbench"].get("invalid")}
+            if is_figure(bench["distbench"])}
 
 
 def stored_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +182,12 @@ def validate_record(record: dict[str, Any], where: str) -> None:
     if invalid is not None and not (isinstance(invalid, list) and all(
             isinstance(rule, str) for rule in invalid)):
         raise SchemaError(_at(where, "invalid"), "expected a list of broken rules (strings)")
+    incomplete = record.get("incomplete")
+    if incomplete is not None and not (
+            isinstance(incomplete, dict) and is_number(incomplete.get("bound_s"))
+            and incomplete["bound_s"] > 0 and isinstance(incomplete.get("reason"), str)):
+        raise SchemaError(_at(where, "incomplete"),
+                          "expected an object with bound_s (seconds > 0) and reason (a string)")
     elapsed = record.get("elapsed_s")
     if elapsed is not None and not (isinstance(elapsed, list) and all(
             e is None or (is_number(e) and e >= 0) for e in elapsed)):

@@ -16,6 +16,15 @@ Record = dict[str, Any]
 TOO_FEW = "no CI: n too small"
 
 
+def incomplete_text(record: Record) -> str | None:
+    """'did not complete in 120 s' for a record whose measurement did not finish within its
+    bound (record["incomplete"]): what every table row and -v line shows instead of figures."""
+    incomplete = record.get("incomplete")
+    if not incomplete:
+        return None
+    return f"did not complete in {incomplete['bound_s']:g} s"
+
+
 def p50_bounds(record: Record) -> tuple[float, float] | None:
     """(low, high) seconds of the p50's 95 % interval, or None with too few samples."""
     stored = record.get("p50_ci")

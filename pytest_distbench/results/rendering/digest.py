@@ -27,7 +27,7 @@ def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
         sizes = [r["nbytes"] for r in at_world if r["nbytes"] is not None]
         largest = max(sizes) if sizes else None
         point = [r for r in at_world if r["nbytes"] == largest]
-        size = "-" if largest is None else _size(largest)
+        size = "-" if largest is None else units.format_size_exact(largest)
         if table.headline(family) is None:  # its table has no headline column (store_routes)
             figures = "no headline figure: see its table"
         else:
@@ -62,12 +62,3 @@ def _words(record: dict[str, Any]) -> list[str]:
               for k, v in params.items() if k != "nbytes"]
     return [test.split("[")[0], *values, *([measurement] if measurement else [])]
 
-
-def _size(nbytes: int) -> str:
-    """`64 MiB`, or the exact bytes where a rounded label would not be the size measured."""
-    text = units.format_size(nbytes)
-    try:
-        exact = units.parse_size(text.replace(" ", "")) == nbytes
-    except ValueError:  # a rounded label ("18.3 KiB") is no whole number of bytes
-        exact = False
-    return text if exact else f"{nbytes} B"

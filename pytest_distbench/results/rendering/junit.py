@@ -20,6 +20,10 @@ def record_properties(record: Mapping[str, Any], verdict: Any = None,
     """p50_us, p95_us, algbw_gbps, busbw_gbps, the family's figures, and the gate's verdict."""
     summary = record.get("summary") or {}
     props: list[Property] = [("family", record.get("family"))]
+    incomplete = record.get("incomplete")
+    if incomplete:  # its samples are only the bound: no figure
+        return [(prefix + "family", record.get("family")),
+                (prefix + "incomplete", f"{ci.incomplete_text(record)}: {incomplete['reason']}")]
     for q in ("p50", "p95"):
         if _finite(summary.get(q)):
             props.append((f"{q}_us", round(summary[q] * 1e6, 6)))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from ... import registry
+from ..document.io import append_output
 from . import table
 
 
@@ -31,12 +31,12 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
                   f"{_cell(device)}" + (f" · {note}" if note else "")
                   + (f" · {timing}" if timing else "")
                   + (f" · {_cell(said)}" if said else ""), ""]
-        style = registry.table_style(family)
-        if style is None:
-            lines += _table_and_notes(table.render_group(rows, "github", memory=memory))
+        if registry.table_style(family) is None:
+            lines += _table_and_notes(table.family_text(family, rows, "github", memory=memory))
         else:
             details = registry.table_details(family)
-            lines += ["```text", style(rows) + (f"\n{details(rows)}" if details else ""), "```"]
+            lines += ["```text", table.family_text(family, rows)
+                      + (f"\n{details(rows)}" if details else ""), "```"]
         lines.append("")
     if comparison is not None:
         from .report import render as render_comparison
@@ -76,9 +76,12 @@ def _cell(value: Any) -> str:
 
 
 def append(path: str | os.PathLike[str], text: str) -> None:
-    """Append to `path` (GITHUB_STEP_SUMMARY is shared by every step of a job)."""
-    target = Path(path)
-    with target.open("a", encoding="utf-8") as f:
-        if target.stat().st_size and not text.startswith("\n"):
-            f.write("\n")
-        f.write(text)
+    """Append to `path` (GITHUB_STEP_SUMMARY is shared by every step of a job); a device or
+    a FIFO is written through, never replaced."""
+    try:
+        earlier = os.stat(path).st_size  # 0 for a device or a FIFO
+    except FileNotFoundError:
+        earlier = 0
+    if earlier and not text.startswith("\n"):
+        text = "\n" + text
+    append_output(path, text.encode("utf-8"))

@@ -8,6 +8,7 @@ No torch import: `pytest-distbench plot run.json` works where torch is not insta
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import units
+from ..document.io import write_output
+from ..document.schema import is_figure
 from ..statistics.ratio import ratio_interval
 from .plot_spec import (
     Group,
@@ -36,6 +39,8 @@ MISSING_MATPLOTLIB = (
 VERDICT_COLOURS = {
     "regression": "#d62728",  # red
     "improvement": "#2ca02c",  # green
+    "slower": "#ff7f0e",  # orange: seen, but no gate could judge it
+    "faster": "#98df8a",  # light green
     "unchanged": "#7f7f7f",  # grey
 }
 ROWS_PER_COMPARISON_PAGE = 60
@@ -89,7 +94,7 @@ def plot_document(document: dict[str, Any], out_dir: str | Path) -> list[Rendere
 def plot_records(records: Sequence[Record], environment: dict[str, Any],
                  out_dir: str | Path) -> list[Rendered]:
     plt = _pyplot()
-    records = [r for r in records if not r.get("invalid")]  # never a figure
+    records = [r for r in records if is_figure(r)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Rendered] = []
@@ -206,9 +211,19 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
              va="bottom",
              fontsize="x-small", color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
     return Rendered(path, title, tuple(series_names), tuple(counts))
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    # Drawn in memory, then written as every output is (document/io.py): a symlink, a device
+    # or a FIFO where the PNG goes is written through, never replaced by a file.
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    write_output(path, buffer.getvalue())
 
 
 def _legend(ax: Any, banded_labels: set[str]) -> None:
@@ -454,8 +469,7 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
         name = "comparison" if number == 1 else f"comparison-{number}"
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        _save(plt, fig, path)
         written.append(Rendered(path, title, tuple(kinds), (len(page),)))
     return written
 

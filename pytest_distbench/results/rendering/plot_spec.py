@@ -23,7 +23,7 @@ from typing import Any
 
 from ... import registry, units
 from ..statistics.stats import percentile
-from .ci import p50_bounds, pct_text
+from .ci import incomplete_text, p50_bounds, pct_text
 
 Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]
@@ -157,7 +157,10 @@ class Headline:
         v = self.value.at(record)
         if v is None:
             return None
-        text = f"{self.label} {significant(v)} {self.unit}".rstrip()
+        # A figure in GB/s reads as the tables' bandwidth cells do (one formatter for both):
+        # in the decimal unit it reads at least 0.1 in, not as 0.00212 GB/s beside 2.12 MB/s.
+        shown = bandwidth_cell(v) if self.unit == "GB/s" else f"{significant(v)} {self.unit}"
+        text = f"{self.label} {shown}".strip()
         if self.value.of_time is None and self.value.interval_fields is None:
             return text  # a family's own figure without an interval
         return f"{text} {pct_text(self.value.interval_pct(record))}"
@@ -213,15 +216,52 @@ def significant(value: float, digits: int = 3) -> str:
     return text
 
 
+# Decimal units a bandwidth cell may use, largest first: the first in which the figure reads
+# at least 0.1 (a 4 B all_reduce's 0.00000146 GB/s reads 1.46 KB/s, the 64 MiB one's 0.569 GB/s
+# stays in GB/s). Each cell says its unit: a size sweep spans seven decades of bandwidth.
+_BANDWIDTH_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("KB/s", 1e6))
+
+
+def bandwidth_unit(value_gbps: float) -> tuple[str, float]:
+    """The unit one bandwidth figure reads in, and the factor from GB/s to it."""
+    for unit, scale in _BANDWIDTH_UNITS:
+        if value_gbps * scale >= 0.1:
+            return unit, scale
+    return _BANDWIDTH_UNITS[-1]
+
+
+def bandwidth_cell(value_gbps: float | None) -> str:
+    """`1.46 KB/s`: three significant digits, never 0.000, in the unit it reads in."""
+    if value_gbps is None:
+        return "-"
+    unit, scale = bandwidth_unit(value_gbps)
+    return f"{significant(value_gbps * scale, 3)} {unit}"
+
+
+def measurement_name(record: Record) -> str | None:
+    """The name a test gave its measure() or record() call (record names read
+    `test_x[gloo-ws2]::ring_all_reduce`), or None for the test's one unnamed measurement."""
+    name = str(record.get("name") or "")
+    tail = name.rsplit("]", 1)[-1]
+    return tail.rsplit("::", 1)[-1] if "::" in tail else None
+
+
 def headline(records: Sequence[Record]) -> str:
     """The figures a test's `-v` line ends with, e.g. 'p50 12.3 us, busbw 1.23 GB/s'."""
     parts = []
     for record in records:
+        incomplete = incomplete_text(record)
+        if incomplete:
+            parts.append(incomplete)
+            continue
         spec = spec_for(record)
         lines = spec.headline if spec is not None else DEFAULT_HEADLINE
         texts = [t for t in (h.text(record) for h in lines) if t]
+        measured = measurement_name(record)
         if texts:
-            parts.append(", ".join(texts))
+            # Several measurements of one test: each says whose figures these are.
+            named = len(records) > 1 and measured
+            parts.append((f"{measured}: " if named else "") + ", ".join(texts))
     if len(parts) > 3:
         parts = parts[:3] + [f"... {len(parts) - 3} more"]
     return "; ".join(parts)

@@ -14,11 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..comparison.verdict import Comparison, Verdict
+from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
 
 FORMATS = ("table", "markdown", "csv", "json")
-
-_KINDS = ("regression", "improvement", "unchanged", "new", "missing")
 
 
 def render(comparisons: Comparison | Sequence[Comparison], fmt: str = "table") -> str:
@@ -38,13 +36,19 @@ def render(comparisons: Comparison | Sequence[Comparison], fmt: str = "table") -
 
 
 def summary_line(comparison: Comparison) -> str:
-    """E.g. '1 regression, 0 improvements, 12 unchanged, 1 new, 0 missing'."""
+    """E.g. '1 regression, 0 improvements, 12 unchanged, 1 new, 0 missing'; changes no gate
+    could judge only when there are some ('0 regressions, 0 improvements, 3 slower (not
+    gateable), ...')."""
     counts = comparison.counts()
     parts = []
-    for kind in _KINDS:
+    for kind in KINDS:
         n = counts[kind]
+        if kind in UNGATED.values():
+            if n:
+                parts.append(f"{n} {kind} (not gateable)")
+            continue
         word = kind
-        if kind in ("regression", "improvement") and n != 1:
+        if kind in UNGATED and n != 1:
             word += "s"
         parts.append(f"{n} {word}")
     return ", ".join(parts)
@@ -58,12 +62,13 @@ def rule_line(comparison: Comparison) -> str:
             f"{comparison.alpha:g}" if history else
             f"one-sided Mann-Whitney U p < {comparison.alpha:g}")
     return (
-        f"regression = p50 slower by more than {comparison.threshold * 100:g}% (unless overridden"
+        f"slower = p50 slower by more than {comparison.threshold * 100:g}% (unless overridden"
         f" per benchmark) and {test}{shown}; detectable = smallest slowdown told from noise "
         f"at {comparison.alpha:g} with 95% power ("
         + ("run-to-run spread of the stored runs" if history else
-           ">= : from the spread inside the two runs; run-to-run noise unknown with one stored "
-           "run") + "); not gateable = detectable above the threshold"
+           ">= : from the spread inside the two runs") + "); not gateable = detectable above "
+        "the threshold, or run-to-run noise unknown (fewer than 3 stored runs); regression = "
+        "slower where gateable"
     )
 
 
@@ -90,7 +95,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
                 _raw_us(v.current_value),
                 _raw_pct(v.metric_change),
                 _raw(v.p_value),
-                v.kind,
+                _verdict_cell(v, markdown=False),
                 v.id,
                 _raw_pct(v.detectable),
             ]
@@ -235,7 +240,8 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
             if v is None:  # neither in the baseline nor in this file
                 row += ["" if raw else "-", "", ""]
             elif raw:
-                row += [_raw_us(v.current_value), _raw_pct(v.metric_change), v.kind]
+                row += [_raw_us(v.current_value), _raw_pct(v.metric_change),
+                        _verdict_cell(v, markdown=False)]
             else:
                 row += [_us(v.current_value), _pct(v.metric_change), _verdict_cell(v, markdown)]
         if raw:
@@ -310,8 +316,8 @@ def _markdown_summary(comparison: Comparison) -> str:
 def _verdict_cell(v: Verdict, markdown: bool) -> str:
     if markdown and v.kind == "regression":
         return "**regression**"
-    if v.kind in ("unchanged", "improvement") and v.detectable is not None and not v.gateable:
-        # It passed, but it could not have seen a slowdown of the threshold's size.
+    if v.kind != "regression" and v.detectable is not None and not v.gateable:
+        # Whatever it saw, it could not have failed a slowdown of the threshold's size.
         return f"{v.kind}, not gateable"
     return v.kind
 
@@ -324,10 +330,15 @@ def _detectable(v: Verdict) -> str:
     return f">={text}" if v.z is None else text
 
 
+def printable(value: Any) -> str:
+    """Text from a file that may be foreign or hostile, safe on a terminal: each control
+    character (an escape sequence's start) shown as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in str(value))
+
+
 def _text(value: Any, markdown: bool) -> str:
-    # Names come from files that may be foreign or hostile: no control characters for the
-    # terminal, no pipes that would split a markdown cell.
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    # No pipes that would split a markdown cell either.
+    text = printable(value)
     if markdown:
         text = text.replace("\\", "\\\\").replace("|", "\\|")
     return text

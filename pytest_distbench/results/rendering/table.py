@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from ... import registry, units
 from . import ci, fit
-from .plot_spec import significant
+from .plot_spec import bandwidth_cell, measurement_name
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
 
@@ -70,11 +70,12 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
     the detail block a family registered (the agent/observer seed's own format)."""
     blocks = []
     for (family, backend, world_size, device, placement), rows in grouped(records):
-        title_line = title(family, backend, world_size, device, placement, timing_note(rows))
-        # A family with a table style of its own (OSU, arras, ...) uses it; the rest print
-        # nccl-tests style.
-        style = registry.table_style(family)
-        text = style(rows) if style else render_group(rows, memory=memory)
+        try:
+            title_line = title(family, backend, world_size, device, placement,
+                               timing_note(rows))
+        except Exception as exc:  # noqa: BLE001 - the title's failure must not lose the rows
+            title_line = f"# {family}  backend={backend}  ranks={world_size}: {_failed(exc)}"
+        text = family_text(family, rows, memory=memory)
         detail = registry.table_details(family) if details else None
         if detail is not None:
             text += "\n" + detail(rows)
@@ -86,6 +87,37 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
                             for header, key in zip(GPU_HEADERS, GPU_FIELDS, strict=True))
         blocks.append(fit.wrap_text(title_line + "\n" + text))
     return "\n\n".join(blocks)
+
+
+def family_text(family: str, rows: list[dict[str, Any]], tablefmt: str = "simple", *,
+                memory: bool = False) -> str:
+    """One group's table: the family's own style (OSU, arras, ...) or nccl-tests style.
+
+    A renderer that fails on some row must not take the others down (nor the session's other
+    tables, nor pytest-benchmark's, which print after ours): the rows are then drawn one at a
+    time and a row that still fails is replaced by a line saying why.
+    """
+    style = registry.table_style(family)
+
+    def draw(some: list[dict[str, Any]]) -> str:
+        return style(some) if style else render_group(some, tablefmt, memory=memory)
+
+    try:
+        return draw(rows)
+    except Exception:  # noqa: BLE001 - which row failed is found below, one row at a time
+        pass
+    parts = []
+    for row in rows:
+        try:
+            parts.append(draw([row]))
+        except Exception as exc:  # noqa: BLE001 - shown in the row's place
+            parts.append(f"# {row.get('name', '?')}: {_failed(exc)}")
+    return "\n".join(parts)
+
+
+def _failed(exc: BaseException) -> str:
+    first = (str(exc).splitlines() or [""])[0]
+    return f"not shown, the table could not render it ({type(exc).__name__}: {first})"
 
 
 # What a table's title says of how its samples were taken, when not by the host clock around
@@ -141,10 +173,15 @@ def _mib_cell(record: dict[str, Any], key: str) -> str:
 def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
-    with_bytes = [r for r in rows if r["nbytes"] is not None]
+    with_bytes = [r for r in rows if r.get("busbw_gbps") is not None]
     table = []
     for r in rows:
         s = r["summary"]
+        incomplete = ci.incomplete_text(r)
+        if incomplete:  # its samples are only the bound: no figure to show
+            table.append([_size(r["nbytes"]), r["count"] if r["count"] is not None else "-",
+                          r["dtype"] or "-", incomplete] + ["-"] * 7)
+            continue
         table.append(
             [
                 _size(r["nbytes"]),
@@ -164,6 +201,11 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
         "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", "algbw", "busbw",
         "#wrong", "skew", "stalls",
     ]
+    labels = row_labels(rows)
+    if labels:  # rows a size, count and type do not tell apart say whose they are
+        headers.insert(0, "name")
+        for line, label in zip(table, labels, strict=True):
+            line.insert(0, label)
     if memory or _pressured(rows):  # memory is worth a column when asked or pressured
         headers.append(RSS_HEADER)
         for line, r in zip(table, rows, strict=True):
@@ -172,11 +214,13 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
         headers.extend(GPU_HEADERS)
         for line, r in zip(table, rows, strict=True):
             line.extend(_mib_cell(r, key) for key in GPU_FIELDS)
+    align = ("left",) * bool(labels) + ("right",) * (len(headers) - bool(labels))
     if tablefmt == "simple":  # a terminal's: headers wrap to fit (markdown renders its own)
-        text = fit.table(table, headers, colalign=("right",) * len(headers))
+        text = fit.table(table, headers, colalign=align)
     else:
         text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
-                        colalign=("right",) * len(headers))
+                        colalign=align)
+    with_bytes = [r for r in with_bytes if not r.get("incomplete")]
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
@@ -186,50 +230,56 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     return text
 
 
+def row_labels(rows: list[dict[str, Any]]) -> list[str] | None:
+    """Each row's test, measurement name and the test's own parameters that differ between
+    the rows (`test_rings::ring_all_reduce`, `test_step lr=0.1`), where two rows share a size,
+    count and type (a user's ring all-reduce beside the built-in one); None where none do."""
+    keys = [(r["nbytes"], r["count"], r["dtype"]) for r in rows]
+    if len(set(keys)) == len(keys):
+        return None
+    params = [r.get("params") or {} for r in rows]
+    varying = sorted({k for p in params for k in p if k != "nbytes"
+                      and len({repr(q.get(k)) for q in params}) > 1})
+    labels = []
+    for r, p in zip(rows, params, strict=True):
+        test = str(r["name"]).split("[", 1)[0].split("::", 1)[0]
+        measured = measurement_name(r)
+        labels.append(" ".join([test + (f"::{measured}" if measured else "")]
+                               + [f"{k}={p.get(k)}" for k in varying]))
+    return labels
+
+
 P50_HEADER = "p50 (us) ± 95% CI"
 MEAN_HEADER = "mean (us) nccl-tests/PARAM"
 
 
+# What a size cell is, said under a table whose rows were requested at another size.
+SIZE_DEFINITION = ("size = the bytes measured: a requested size becomes whole elements of the "
+                   "type, at least one per rank where each rank holds a share of the buffer")
+
+
 def merged_size_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """One note per row that stands for several requested sizes (measured once)."""
+    """One note per row that stands for several requested sizes (measured once) or for a
+    requested size other than the one it shows, and then what the size column is."""
     notes = []
     for r in rows:
         requested = r.get("requested_nbytes") or []
-        if len(requested) > 1 and r["nbytes"] is not None:
-            sizes = ", ".join(units.format_size(n) for n in requested)
+        if r["nbytes"] is None or requested in ([], [r["nbytes"]]):
+            continue
+        if len(requested) > 1:
+            sizes = ", ".join(_size(n) for n in requested)
             notes.append(f"requested sizes {sizes} all move {_size(r['nbytes'])} at "
                          f"{r['world_size']} ranks: measured once, shown once")
-    return notes
+        else:
+            notes.append(f"requested size {_size(requested[0])} moves {_size(r['nbytes'])} at "
+                         f"{r['world_size']} ranks: the row shows what was measured")
+    return notes + [SIZE_DEFINITION] * bool(notes)
 
 
 def _size(nbytes: int | None) -> str:
     if nbytes is None:
         return "-"
-    text = units.format_size(nbytes)
-    # A size rounded to fit the ranks (64 MiB - 4 B) must not print as a round 64 MiB.
-    return text if units.parse_size(text.replace(" ", "")) == nbytes else f"{nbytes} B"
-
-
-# Decimal units a bandwidth cell may use, largest first: the first in which the figure reads
-# at least 0.1 (a 4 B all_reduce's 0.00000146 GB/s reads 1.46 KB/s, the 64 MiB one's 0.569 GB/s
-# stays in GB/s). Each cell says its unit: a size sweep spans seven decades of bandwidth.
-_BANDWIDTH_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("KB/s", 1e6))
-
-
-def bandwidth_unit(value_gbps: float) -> tuple[str, float]:
-    """The unit one bandwidth figure reads in, and the factor from GB/s to it."""
-    for unit, scale in _BANDWIDTH_UNITS:
-        if value_gbps * scale >= 0.1:
-            return unit, scale
-    return _BANDWIDTH_UNITS[-1]
-
-
-def bandwidth_cell(value_gbps: float | None) -> str:
-    """`1.46 KB/s`: three significant digits, never 0.000, in the unit it reads in."""
-    if value_gbps is None:
-        return "-"
-    unit, scale = bandwidth_unit(value_gbps)
-    return f"{significant(value_gbps * scale, 3)} {unit}"
+    return units.format_size_exact(nbytes)
 
 
 LEGEND = (
