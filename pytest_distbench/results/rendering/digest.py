@@ -20,7 +20,7 @@ def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
     for (family, *_), rows in table.grouped(records):  # valid records only, in table order
         by_family.setdefault(family, []).extend(rows)
     width = max((len(f) for f in by_family), default=0)
-    lines = []
+    entries = []
     for family, rows in by_family.items():
         world = max(r["world_size"] for r in rows)
         at_world = [r for r in rows if r["world_size"] == world]
@@ -32,7 +32,11 @@ def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
             figures = "no headline figure: see its table"
         else:
             figures = _figures(point)
-        lines.extend(wrap(f"{family:<{width}}  ws{world:<3} {size:>8}  {figures}",
+        entries.append((family, world, size, figures))
+    sized = max((len(size) for _, _, size, _ in entries), default=0)
+    lines = []
+    for family, world, size, figures in entries:
+        lines.extend(wrap(f"{family:<{width}}  ws{world:<3} {size:>{sized}}  {figures}",
                           indent=" " * (width + 2)))
     return lines
 
