@@ -68,6 +68,53 @@ def check_output_path(option: str, path: str | os.PathLike[str] | None, *,
         raise pytest.UsageError(f"{option}: {os.fspath(path)!r} {problem}")
 
 
+# -- progress -----------------------------------------------------------------------------------
+
+class SuiteProgress:
+    """Before each suite's (test file's) first test: which suite of how many, and how far
+    into the run it starts; quiet under -q. A plugin object: it needs the config in
+    pytest_runtest_logstart."""
+
+    NAME = "distbench-suite-progress"
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+        self._lines: dict[str, str] = {}
+
+    def plan(self, items: list[pytest.Item]) -> None:
+        from .collection import is_distbench
+
+        counts: dict[str, int] = {}
+        for item in items:
+            if is_distbench(item):
+                # The file as pytest names it (a node id's path is empty for a suite run
+                # with --pyargs from outside the rootdir).
+                path = item.location[0]
+                counts[path] = counts.get(path, 0) + 1
+        total, done = sum(counts.values()), 0
+        for number, (path, count) in enumerate(counts.items(), start=1):
+            tests = f"{count} tests" if count > 1 else "1 test"
+            self._lines[path] = (f"distbench: suite {number}/{len(counts)}, "
+                                 f"{Path(path).name}: {tests}, "
+                                 f"{done + 1}-{done + count} of {total}")
+            done += count
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter starts the file's line
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, Any, str]) -> None:
+        line = self._lines.pop(location[0], None)
+        reporter = self._config.pluginmanager.get_plugin("terminalreporter")
+        if line is None or reporter is None or self._config.get_verbosity() < 0:
+            return
+        if isinstance(reporter.currentfspath, Path):  # a file's line of dots is open
+            # pytest ends it with the run's [ %] when the next file starts: so do we, as it does.
+            fill = getattr(reporter, "_write_progress_information_filling_space", None)
+            if fill is not None and getattr(reporter, "_show_progress_info", False):
+                fill()
+        reporter.ensure_newline()
+        # No newline: pytest's own line break, before it names the file, ends this one.
+        reporter.write(line)
+
+
 # -- per test ----------------------------------------------------------------------------------
 
 def report_figures(item: pytest.Function, records: list[dict[str, Any]],
@@ -172,29 +219,76 @@ def world_starts_line(starts: list[tuple[Any, float]]) -> str:
     return ", ".join(parts)
 
 
+def write_lines(tr: Any, text: str, **markup: bool) -> None:
+    """`text` through the terminal reporter, every line wrapped to fit a terminal."""
+    from .results.rendering.fit import wrap_text
+
+    for line in wrap_text(text).splitlines():
+        tr.write_line(line, **markup)
+
+
 def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None:
     if distbench.records:
         from .results.rendering.table import LEGEND, render_tables
 
         tr.section("distbench results")
-        tr.line(LEGEND)
+        write_lines(tr, LEGEND)
         tr.line("")
         tr.line(render_tables(distbench.records,
-                              memory=config.getoption("distbench_gpu_memory")))
+                              memory=config.getoption("distbench_gpu_memory"),
+                              details=config.get_verbosity() >= 1))
     if distbench.world_starts:
         tr.line("")
-        tr.line(f"worlds started: {world_starts_line(distbench.world_starts)}")
+        write_lines(tr, f"worlds started: {world_starts_line(distbench.world_starts)}")
     if distbench.comparison is not None:
         from .results.rendering.report import render
 
         tr.section("distbench comparison")
         tr.line(render(distbench.comparison, "table").rstrip("\n"))
+    # Whole lines: they name the files written (a path is copied and searched for as it is).
     for line in gating.warnings(config):
         tr.line(line, yellow=True, bold=True)
     for line in distbench.notes:
         tr.line(line)
     for line in distbench.output_errors:
         tr.line(f"distbench: ERROR: {line}", red=True, bold=True)
+    if distbench.records:
+        tr.section("distbench digest")
+        for line in digest_lines(config, distbench):
+            tr.line(line)
+
+
+def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:
+    """What the session's output ends with, on one screen: each family's headline at its
+    largest point, where the full tables are, and how noisy the machine was."""
+    from .harness.local.limits import usable_cores
+    from .results.rendering.digest import family_lines
+    from .results.rendering.fit import wrap
+
+    lines = family_lines(distbench.records)
+    json_path, markdown_path = (config.getoption("distbench_json"),
+                                config.getoption("distbench_markdown"))
+    where = ["the full tables above"]
+    where.append(f"every sample in {json_path}" if json_path
+                 else "every sample: --distbench-json=PATH")
+    where.append(f"the tables as markdown in {markdown_path}" if markdown_path
+                 else "as markdown: --distbench-markdown=PATH")
+    lines += wrap("; ".join(where))
+    lines += wrap(machine_line(usable_cores(), max(r["world_size"] for r in distbench.records),
+                               distbench.cpu_probes))
+    return lines
+
+
+def machine_line(cores: int, ranks: int, probes: list[float]) -> str:
+    """The machine's noise: ranks against cores, and its speed at the start and the end."""
+    text = f"machine: {ranks} ranks in the largest world on {cores} usable core(s)"
+    if ranks > cores:
+        text += " (oversubscribed: the figures include scheduling)"
+    if len(probes) >= 2 and probes[0] > 0:
+        change = 100.0 * (probes[-1] - probes[0]) / probes[0]
+        text += (f"; CPU probe {probes[0] * 1e3:.3g} ms at the start, {probes[-1] * 1e3:.3g} ms "
+                 f"at the end ({change:+.0f} %: the machine's own speed moved by that much)")
+    return text
 
 
 def _failed(distbench: Session, message: str) -> None:

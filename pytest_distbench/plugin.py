@@ -59,6 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
     gating.configure(config, launch, reports)
     if reports:
         outputs.configure(config)
+        if not xdist.is_controller(config) and not xdist.is_worker(config):
+            # Under xdist the controller shows its workers' results as they come.
+            config.pluginmanager.register(outputs.SuiteProgress(config), outputs.SuiteProgress.NAME)
     from .results.document.environment import cpu_probe
 
     if launch is None:
@@ -115,21 +118,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.hookimpl(wrapper=True, specname="pytest_report_header")
-def without_benchmark_banner(config: pytest.Config) -> Any:
-    """Without pytest-benchmark's defaults banner in a distbench run: none of its settings
-    apply to a distbench test (it has no option to turn the banner off)."""
+# A wrapper, under the hook's own name: pytest registers no hook implementation whose name
+# does not start with "pytest_" (a specname'd wrapper was silently never called).
+@pytest.hookimpl(wrapper=True)
+def pytest_report_header(config: pytest.Config) -> Any:
+    """The oversubscription warning; without pytest-benchmark's defaults banner in a distbench
+    run (176 columns, and none of its settings apply to a distbench test; it has no option to
+    turn the banner off)."""
     headers = yield
-    if config.getoption("distbench", False):
-        headers = [h for h in headers if not (isinstance(h, str) and h.startswith("benchmark: "))]
-    return headers
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
     distbench = config.stash.get(SESSION_KEY, None)
-    if distbench is None or distbench.external:
-        return []
-    return distbench.announce_oversubscription(settings_module.resolve(config).world_size)
+    if distbench is None:
+        return headers
+    headers = [h for h in headers if not (isinstance(h, str) and h.startswith("benchmark: "))]
+    if not distbench.external:
+        from .results.rendering.fit import wrap
+
+        lines = distbench.announce_oversubscription(settings_module.resolve(config).world_size)
+        # Last in the list: pytest writes the hooks' lines in reverse, so it comes first.
+        headers.append([part for line in lines for part in wrap(line)])
+    return headers
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -138,24 +145,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     distbench = session.config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return
+    from .harness import xdist
+
+    progress = session.config.pluginmanager.get_plugin(outputs.SuiteProgress.NAME)
+    if progress is not None:
+        progress.plan(session.items)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if not distbench.external:
-        from .harness import xdist
-
         if not xdist.is_worker(session.config):  # a worker's worlds are checked as they start
             limits.check_items(session.config, session.items)
         sizes = [item.callspec.params.get(collection.WORLD_SIZE_ARG) for item in session.items
                  if collection.is_distbench(item) and hasattr(item, "callspec")]
         for line in distbench.announce_oversubscription(sizes):
             if reporter is not None:
-                reporter.write_line(line, yellow=True)
+                outputs.write_lines(reporter, line, yellow=True)
     if any(collection.uses_store(item) for item in session.items):
         from .harness.resolver import check_reverse_lookup
 
         check = check_reverse_lookup()
         distbench.store_checks = [check]
         if reporter is not None:
-            reporter.write_line(f"distbench store check {check.line()}",
+            outputs.write_lines(reporter, f"distbench store check {check.line()}",
                                 yellow=check.status != "ok")
     if not any(collection.uses_rpc(item) for item in session.items):
         return
@@ -169,13 +179,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     distbench.rank_env.update(pitfalls.rank_env(checks))
     if reporter is None:
         return
-    quiet = [c for c in checks if c.status == "ok"]
-    if quiet and session.config.get_verbosity() < 1:  # details with -v
-        reporter.write_line(f"distbench rpc checks ok: {', '.join(c.name for c in quiet)}")
-        quiet_names = {c.name for c in quiet}
-        checks = [c for c in checks if c.name not in quiet_names]
+    if session.config.get_verbosity() < 1:  # a check that found nothing shows under -v only
+        checks = [c for c in checks if c.status != "ok"]
     for check in checks:
-        reporter.write_line(f"distbench rpc check {check.line()}",
+        outputs.write_lines(reporter, f"distbench rpc check {check.line()}",
                             yellow=check.status != "ok")
 
 

@@ -65,6 +65,9 @@ class Family:
     # What each table style's headline column is, for the table's title ("msgs/s: total
     # messages / total time ± 95 % CI"); without one the nccl-tests style's is said.
     headlines: Mapping[str, str] = field(default_factory=dict)
+    # More of a table, in a format of the family's own (the seed's per-point block): in the
+    # terminal under -v, always in the markdown file.
+    details: Mapping[str, TableStyle] = field(default_factory=dict)
 
 
 @cache
@@ -102,6 +105,11 @@ def table_style(record_family: str) -> TableStyle | None:
 def table_headline(record_family: str) -> str | None:
     """What the headline column of this record family's own table style is, if it says."""
     return _by_record_family("headlines").get(record_family)
+
+
+def table_details(record_family: str) -> TableStyle | None:
+    """The detail block this record family's tables add under -v, if any."""
+    return _by_record_family("details").get(record_family)
 
 
 def completed_figures(record: Record) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
+from tables import unwrapped
 
 from pytest_distbench.harness import cuda_timing
 from pytest_distbench.harness.measure import Distbench
@@ -413,11 +414,12 @@ def test_schema_names_a_bad_timing_or_gpu_field(field, value):
 
 
 def test_titles_say_the_timing_when_it_is_not_the_host_clock():
-    batch = render_tables([cuda_record(4, "cuda-batch", 20), cuda_record(1024, "cuda-batch", 40)])
+    batch = unwrapped(render_tables([cuda_record(4, "cuda-batch", 20),
+                                     cuda_record(1024, "cuda-batch", 40)]))
     assert "timing=cuda-batch: CUDA events around 20-40 back-to-back iterations" in batch
-    graph = render_tables([cuda_record(4, "cuda-graph", 100)])
+    graph = unwrapped(render_tables([cuda_record(4, "cuda-graph", 100)]))
     assert "timing=cuda-graph: CUDA events around a graph replay of 100 iterations" in graph
-    each = render_tables([cuda_record(4, "cuda-each", None)])
+    each = unwrapped(render_tables([cuda_record(4, "cuda-each", None)]))
     assert "timing=cuda-each: host clock, device synchronized after every call" in each
     cpu = benchmark_record(4, [1e-5])
     assert timing_note([cpu]) is None and timing_note([dict(cpu, timing="host-each")]) is None

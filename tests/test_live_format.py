@@ -24,6 +24,7 @@ NUMBER = r"([\d.]+|-)"
 PART = re.compile(
     rf"Time: {NUMBER}s Msgs: (\d+) Rate: {NUMBER}msg/s \({NUMBER}us\) {NUMBER}MB/s"
 )
+TOTALS = re.compile(rf"Time: {NUMBER}s Msgs: (\d+) Rate: {NUMBER}msg/s")
 
 seconds = st.floats(min_value=1e-3, max_value=1e5, allow_nan=False)
 messages = st.integers(min_value=0, max_value=10**12)
@@ -53,17 +54,23 @@ def test_line_has_the_seeds_shape_and_its_numbers(t, n, nbytes, extra_t, extra_n
     line = report_line(Rate(t, n, nbytes), Rate(t + extra_t, n + extra_n, nbytes))
     head, sep, tail = line.partition(" TOTALS: ")
     assert sep
-    for text, (tt, nn) in ((head, (t, n)), (tail, (t + extra_t, n + extra_n))):
-        m = PART.fullmatch(text)
-        assert m, text
-        assert float(m[1]) == printed(tt)
-        assert int(m[2]) == nn
-        assert float(m[3]) == printed(nn / tt)
-        if nn:
-            assert float(m[4]) == printed(tt / nn * 1e6)
-        else:
-            assert m[4] == "-"
-        assert float(m[5]) == printed(nn * (nbytes or 0) / tt / 1e6)
+    m = PART.fullmatch(head)
+    assert m, head
+    assert float(m[1]) == printed(t)
+    assert int(m[2]) == n
+    assert float(m[3]) == printed(n / t)
+    if n:
+        assert float(m[4]) == printed(t / n * 1e6)
+    else:
+        assert m[4] == "-"
+    assert float(m[5]) == printed(n * (nbytes or 0) / t / 1e6)
+    totals = TOTALS.fullmatch(tail)
+    assert totals, tail  # time, count and rate: the seed's us and MB/s are not said twice
+    tt, nn = t + extra_t, n + extra_n
+    assert float(totals[1]) == printed(tt) and int(totals[2]) == nn
+    assert float(totals[3]) == printed(nn / tt)
+    # The first line's totals are its interval's: said once.
+    assert report_line(Rate(t, n, nbytes), Rate(t, n, nbytes)) == head
 
 
 def _progress(index, elapsed, iterations, k=1, nbytes=8):
@@ -82,10 +89,12 @@ def test_intervals_add_up_to_the_totals(steps, k):
     for dt, dn in steps:
         elapsed, iterations = elapsed + dt, iterations + dn
         current = _progress(len(steps), elapsed, iterations, k=k)
-        head, _, tail = progress_line(current, previous).partition(" TOTALS: ")
+        head, sep, tail = progress_line(current, previous).partition(" TOTALS: ")
         interval_msgs += int(PART.fullmatch(head)[2])
         assert int(PART.fullmatch(head)[2]) == dn * k
-        assert int(PART.fullmatch(tail)[2]) == iterations * k == interval_msgs
+        total = int(TOTALS.fullmatch(tail)[2]) if sep else interval_msgs
+        assert bool(sep) == (previous is not None)  # the first line's totals are its own
+        assert total == iterations * k == interval_msgs
         assert float(PART.fullmatch(head)[1]) == pytest.approx(dt, abs=0.006)
         previous = current
 

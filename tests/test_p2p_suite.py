@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+from tables import table_under
 
 FAST = ("--distbench-budget=50ms", "--distbench-warmup=1", "--distbench-min-iterations=5")
 
@@ -22,23 +23,20 @@ def test_p2p_suite_two_ranks_exact_sizes_window_and_rates(pytester, distbench_ru
         "--tensor-size=1B,1MiB+1B", "--distbench-window=4", f"--distbench-json={out}", *FAST,
     )
     result.assert_outcomes(passed=8)
-    result.stdout.fnmatch_lines([
-        "# p2p_latency  backend=gloo  ranks=2  device=cpu  | one-way latency: p50 of the "
-        "ping-pong round trips / 2 ± 95 % CI",
-        "*size (B)*one-way p50 (us) ± 95% CI*one-way p95 (us)*one-way mean (us)*#wrong*",
-        "*",
-        "*1 *0*",
-        "*1048577 *0*",
-        "# one-way latency = round trip / 2*",
-    ])
-    result.stdout.fnmatch_lines([
-        "# p2p_bandwidth  backend=gloo  ranks=2  device=cpu  | MB/s: total messages / total "
-        "time ± 95 % CI (block bootstrap)",
-        "*size (B)*window*pairs*MB/s ± 95% CI*MB/s p50*MB/s p95*msgs/s*#wrong*",
-        "*",
-        "*1 *4 *1 *0*",
-        "*1048577 *4 *1 *0*",
-    ])
+    text = result.stdout.str()
+    headers, rows = table_under(
+        text, "# p2p_latency  backend=gloo  ranks=2  device=cpu  | one-way latency: p50 of the "
+        "ping-pong round trips / 2 ± 95 % CI")
+    assert headers == ["size (B)", "one-way p50 (us) ± 95% CI", "one-way p95 (us)",
+                       "one-way mean (us)", "#wrong", "iters"]
+    assert [(r[0], r[4]) for r in rows] == [("1", "0"), ("1048577", "0")]
+    result.stdout.fnmatch_lines(["# one-way latency = round trip / 2*"])
+    headers, rows = table_under(
+        text, "# p2p_bandwidth  backend=gloo  ranks=2  device=cpu  | MB/s: total messages / "
+        "total time ± 95 % CI (block bootstrap)")
+    assert headers == ["size (B)", "window", "pairs", "MB/s ± 95% CI", "MB/s p50", "MB/s p95",
+                       "msgs/s", "msgs/s p50", "msgs/s p95", "#wrong", "iters"]
+    assert [r[:3] + r[-2:-1] for r in rows] == [["1", "4", "1", "0"], ["1048577", "4", "1", "0"]]
     records = {(r["family"], r["nbytes"]): r for r in _records(out)}
     assert set(records) == {(f, n) for f in ("p2p_latency", "p2p_bandwidth", "p2p_bibw",
                                              "p2p_message_rate_pairs") for n in (1, 1048577)}
@@ -95,13 +93,14 @@ def test_message_rate_paths_and_credits_skip_when_ranks_are_too_few(pytester, di
     result.stdout.fnmatch_lines([
         "# message_rate  backend=gloo  ranks=2  device=cpu  | msgs/s: total messages / total "
         "time ± 95 % CI (block bootstrap)",
-        "*path*size (B)*credits*msgs/s ± 95% CI*us/msg*MB/s*msgs*time (s)*#wrong*",
-        "*",
-        "*client_to_computation*1*1*0",
-        "*client_to_computation*1*3*0",
-        "*computation_to_client*1*1*0",
-        "*computation_to_client*1*3*0",
+        "# transport: process_group",  # one table per transport
     ])
+    headers, rows = table_under(result.stdout.str(), "# transport: process_group")
+    assert headers == ["path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s",
+                       "msgs", "time (s)", "#wrong"]
+    assert [r[:3] + r[-1:] for r in rows] == [
+        [p, "1", c, "0"] for p in ("client_to_computation", "computation_to_client")
+        for c in ("1", "3")]
     records = _records(out)
     assert {(r["figures"]["path"], r["figures"]["credits"]) for r in records} == {
         (p, c) for p in ("client_to_computation", "computation_to_client") for c in (1, 3)}
@@ -145,7 +144,7 @@ def test_a_duration_run_on_a_path_that_leaves_rank_0_idle_lasts_its_duration(
         "-k", "computation_to_computation and not rpc", f"--world-size={world_size}",
         "--tensor-size=1B", "--distbench-credits=1", "--distbench-duration=2s",
         "--distbench-report-every=0.5s", "--distbench-timeout=60", f"--distbench-json={out}",
-        "-s", "--durations=0")
+        "-s", "-v", "--durations=0")
     result.assert_outcomes(passed=1)
     (r,) = _records(out)
     timed = sum(r["samples"])

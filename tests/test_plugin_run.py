@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from tables import table_under
 
 
 def test_body_runs_in_every_rank_with_controller_values(pytester, distbench_run):
@@ -123,14 +125,16 @@ def test_results_file_holds_per_iteration_max_of_rank_samples(pytester, distbenc
     result = distbench_run("--distbench", "--world-size=2", "--tensor-size=1KiB,64KiB",
                            "--distbench-iterations=25", f"--distbench-json={path}")
     result.assert_outcomes(passed=3)
+    title = ("# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
+             "rank per iteration ± 95 % CI")
+    headers, rows = table_under(result.stdout.str(), title)
+    assert headers == ["size", "count", "type", "p50 (us) ± 95% CI", "mean (us) nccl-tests/PARAM",
+                       "p95 (us)", "algbw", "busbw", "#wrong", "skew", "stalls"]
+    assert [r[:3] for r in rows] == [["1 KiB", "256", "float32"], ["64 KiB", "16384", "float32"]]
+    assert all(re.fullmatch(r"[\d,.]+ ± [\d.]+ %\*?", r[3]) for r in rows), rows
     result.stdout.fnmatch_lines([
         "*distbench results*",
-        "# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
-        "rank per iteration ± 95 % CI",
-        "*size*count*type*p50 (us) ± 95% CI*mean (us) nccl-tests/PARAM*p95 (us)*algbw"
-        "*busbw*#wrong*skew*stalls*",
-        "*1 KiB*256*float32*± *%*",
-        "*64 KiB*16384*float32*± *%*",
+        title,
         "# Avg bus bandwidth: * ?B/s*",
         "# test_custom  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
         "rank per iteration ± 95 % CI",

@@ -2,12 +2,15 @@
 
     Time: 5.00s Msgs: 38876 Rate: 7775.15msg/s (128.61us) 0.01MB/s TOTALS: Time: 10.00s ...
 
+(TOTALS without the seed's repeated us and MB/s, and none on the first line: report_line).
+
 Both ends live here. In rank 0, a `Reporter` thread wakes once per interval (a timed wait, no
 polling), reads how many iterations the timed loop has appended so far -- the loop itself does
 no extra work per iteration -- and sends a `Progress` message up the rank's pipe. In the
-controller, a `LivePrinter` turns each one into a line and writes it through pytest's terminal
-reporter with output capture suspended, so the line appears while the test runs, with or
-without -s.
+controller, a `LivePrinter` keeps each one for the record and, under -v, turns it into a line
+and writes it through pytest's terminal reporter with output capture suspended, so the line
+appears while the test runs, with or without -s; after the test it writes the measurement's
+totals as the table shows them.
 
 In launcher mode rank 0 is the reporting process itself: its Reporter thread hands each report
 to a LivePrinter in the same process, which writes to a copy of the terminal's file descriptor
@@ -25,6 +28,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..units import figure_cell
 from .wire import Progress
 
 # A measurement that ends between two intervals reports the part since the last line only if
@@ -65,7 +69,13 @@ class Rate:
 
 
 def report_line(interval: Rate, total: Rate) -> str:
-    return f"{interval.text()} TOTALS: {total.text()}"
+    """The seed's line, less what it says twice: TOTALS keeps time, count and rate (the mean
+    time per message and MB/s follow from them), and the first line, whose totals are its
+    interval's, has none."""
+    if total == interval:
+        return interval.text()
+    return (f"{interval.text()} TOTALS: Time: {total.seconds:.2f}s Msgs: {total.messages} "
+            f"Rate: {total.per_second:.2f}msg/s")
 
 
 # -- rank side ------------------------------------------------------------------------------------
@@ -137,12 +147,14 @@ def messages_per_iteration(figures: dict[str, Any]) -> int:
 
 
 class LivePrinter:
-    """Prints rank 0's Progress reports of one test as they arrive, and keeps them."""
+    """Keeps rank 0's Progress reports of one test; under -v prints them as they arrive, and
+    then the measurement's totals as the table prints them. Without -v nothing is printed:
+    a line in the middle of pytest's progress line would break it after every test."""
 
-    def __init__(self, config: Any, nodeid: str, stream: TextIO | None = None) -> None:
-        self._terminal = config.pluginmanager.get_plugin("terminalreporter")
+    def __init__(self, config: Any, stream: TextIO | None = None) -> None:
+        shown = config.get_verbosity() >= 1
+        self._terminal = config.pluginmanager.get_plugin("terminalreporter") if shown else None
         self._capture = config.pluginmanager.get_plugin("capturemanager")
-        self._nodeid = nodeid
         self._stream = stream  # set: write there, from any thread, capture left alone
         self._last: dict[str | None, Progress] = {}
         # Per measurement name: [elapsed_s, iterations, delay_s] of each report (the record's
@@ -159,12 +171,21 @@ class LivePrinter:
             "iterations": progress.iterations,
             "delay_s": arrived - progress.due,
         })
-        self._write(line, header=previous is None, name=progress.name)
+        self._write(line, name=progress.name)
 
-    def _write(self, line: str, *, header: bool, name: str | None) -> None:
+    def finish(self, records: list[dict[str, Any]]) -> None:
+        """After the test: each reported measurement's totals, the figures its table row
+        shows, where the live lines count otherwise."""
+        for name, reports in self.reports.items():
+            # judge() hands each record its measurement's own list of reports.
+            for record in records:
+                if record.get("live_reports") is reports:
+                    self._write(closing_line(record), name=name)
+
+    def _write(self, line: str, *, name: str | None) -> None:
         if self._terminal is None:
             return
-        label = self._nodeid + (f"::{name}" if name else "")
+        line = f"  live{f'[{name}]' if name else ''}: {line}"
         if self._stream is not None:
             text = ""
             if self._terminal.currentfspath:
@@ -177,8 +198,6 @@ class LivePrinter:
                 writer = getattr(self._terminal, "_tw", None)
                 if isinstance(getattr(writer, "_current_line", None), str):
                     writer._current_line = ""  # type: ignore[union-attr]
-            if header:
-                text += f"distbench live report: {label}\n"
             self._stream.write(text + line + "\n")
             self._stream.flush()
             return
@@ -186,8 +205,6 @@ class LivePrinter:
                      else contextlib.nullcontext())
         with suspended:
             self._terminal.ensure_newline()
-            if header:
-                self._terminal.write_line(f"distbench live report: {label}")
             self._terminal.write_line(line)
             self._terminal.flush()
 
@@ -200,6 +217,21 @@ def terminal_stream() -> TextIO | None:
         return os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
     except OSError:
         return None
+
+
+def closing_line(record: dict[str, Any]) -> str:
+    """`done: 3510 msgs in 4.968 s = 706.5 msgs/s (the table's: ...)`: a message family's
+    totals (figures of its record, the table's cells), else the record's headline figures.
+    The live lines' Time is rank 0's clock since the timed region began, the waits at chunk
+    ends included, so their last TOTALS may read a little slower than this."""
+    from ..results.rendering.plot_spec import headline
+
+    f = record.get("figures") or {}
+    if f.get("total_messages") and f.get("total_s") and f.get("msgs_per_s"):
+        return (f"done: {f['total_messages']} msgs in {figure_cell(f['total_s'])} s = "
+                f"{figure_cell(f['msgs_per_s'])} msgs/s (the table's figures: time = the slowest "
+                "rank's timed iterations)")
+    return f"done: {headline([record]) or 'no figure'} (as in the table)"
 
 
 def progress_line(progress: Progress, previous: Progress | None) -> str:

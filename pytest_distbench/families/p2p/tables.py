@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
-
 from ... import units
-from ...results.rendering import ci
+from ...results.rendering import ci, fit
 
 _ALIGN = "right"
 
@@ -18,8 +16,7 @@ def _wrong(record: dict[str, Any]) -> str:
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
-                    colalign=(_ALIGN,) * len(headers))
+    return fit.table(rows, headers, colalign=(_ALIGN,) * len(headers))
 
 
 def render_osu(records: list[dict[str, Any]]) -> str:
@@ -82,17 +79,17 @@ def _path_rank(path: str) -> int:
 
 
 def render_arras(records: list[dict[str, Any]]) -> str:
-    """Message rate by path, size and credits, with the seed's totals."""
+    """Message rate by path, size and credits, with the seed's totals: one table per transport
+    (a transport column would push the table past a terminal's 120 columns)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         f = r.get("figures") or {}
         return (str(f.get("transport", "")), _path_rank(f.get("path", "")), f.get("path", ""),
                 r["nbytes"] or 0, f.get("credits", 0), r["id"])
 
-    rows = []
+    tables: dict[str, list[list[str]]] = {}
     for r in sorted(records, key=key):
         f = r.get("figures") or {}
-        rows.append([
-            str(f.get("transport", "-")),
+        tables.setdefault(str(f.get("transport", "-")), []).append([
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
@@ -103,9 +100,10 @@ def render_arras(records: list[dict[str, Any]]) -> str:
             units.figure_cell(f.get("total_s")),
             _wrong(r),
         ])
-    headers = ["transport", "path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s",
-               "msgs", "time (s)", "#wrong"]
-    return (_table(rows, headers)
+    headers = ["path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s", "msgs",
+               "time (s)", "#wrong"]
+    return ("\n".join(f"# transport: {transport}\n{_table(rows, headers)}"
+                      for transport, rows in tables.items())
             + "\n# totals over the timed region: msgs/s = msgs / time, us/msg = time / msgs, "
               "MB/s = 1e6 B/s; 95 % CI of msgs/s: block bootstrap over iterations; credits = "
               "messages sent before an acknowledgement is awaited")

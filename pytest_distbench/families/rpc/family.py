@@ -16,7 +16,13 @@ from ...results.rendering.plot_spec import (
     time_us,
 )
 from .options import SETTINGS
-from .tables import render_agent_observer, render_latency, render_throughput, render_transports
+from .tables import (
+    render_agent_observer,
+    render_latency,
+    render_throughput,
+    render_transports,
+    seed_blocks,
+)
 
 ROUND_TRIP = Value("round trip p50", of_time=time_us)
 PERCENTILES = ("p50", "p75", "p90", "p95")
@@ -32,6 +38,7 @@ FAMILY = Family(
     settings=SETTINGS,
     tables={"rpc_latency": render_latency, "rpc_throughput": render_throughput,
             "rpc_transports": render_transports, "agent_observer": render_agent_observer},
+    details={"agent_observer": seed_blocks},
     headlines={
         "rpc_latency": "round trip: p50 of the slowest rank per iteration ± 95 % CI",
         "rpc_throughput": "msgs/s: of the p50 iteration (slowest rank) ± 95 % CI",

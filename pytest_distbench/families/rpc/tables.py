@@ -1,19 +1,18 @@
 """How the RPC family's records print at the end of a session (registered in family.py).
 
 rpc_latency and rpc_throughput print one row per size; rpc_transports prints the users' table
-shape (rows = transport, columns = sizes, round trip in ms), with a row for every transport of
-the catalog, run or not, saying why it was not; agent_observer prints a summary row per point
-and then the seed's per-point block.
+shape (rows = transport, columns = sizes, round trip in ms), a row per transport that ran;
+every other transport of the catalog is a line under the table with the reason, and with more
+sizes than fit a terminal the table turns (rows = sizes); agent_observer prints a summary row
+per point, and the seed's per-point block under -v (seed_blocks) and in the markdown file.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
-
 from ... import units
-from ...results.rendering import ci
+from ...results.rendering import ci, fit
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
 
@@ -30,8 +29,7 @@ def _size(nbytes: int | None) -> str:
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
-                    colalign=("right",) * len(headers))
+    return fit.table(rows, headers, colalign=("right",) * len(headers))
 
 
 def _cell(p50_s: float, record: dict[str, Any]) -> str:
@@ -88,24 +86,23 @@ def render_transports(records: list[dict[str, Any]]) -> str:
         transport = r["figures"].get("transport", "?")
         cells.setdefault(transport, {})[r["nbytes"]] = r["summary"]["p50"]
         kept[transport, r["nbytes"]] = r
-    rows = []
-    for t in TRANSPORTS:
-        if t.name in cells:
-            rows.append([t.name] + [
-                _cell(cells[t.name][n], kept[t.name, n])
-                if n in cells[t.name] else "-" for n in sizes])
-        else:
-            reason = unavailable(t) or "not run in this session (deselected, or it failed)"
-            rows.append([t.name] + ["skipped"] * len(sizes) + [reason])
-    for name in sorted(set(cells) - set(BY_NAME)):
-        rows.append([name] + [_cell(cells[name][n], kept[name, n])
-                              if n in cells[name] else "-" for n in sizes])
+    ran = [t.name for t in TRANSPORTS if t.name in cells] + sorted(set(cells) - set(BY_NAME))
+    # A transport that ran at no size is one line under the table, with the reason.
+    skipped = [f"# {t.name}: skipped, "
+               + (unavailable(t) or "not run in this session (deselected, or it failed)")
+               for t in TRANSPORTS if t.name not in cells]
+    rows = [[name] + [_cell(cells[name][n], kept[name, n]) if n in cells[name] else "-"
+                      for n in sizes] for name in ran]
     headers = ["transport (round trip, ms)"] + [_size(n) for n in sizes]
-    if any(len(row) > len(headers) for row in rows):
-        headers.append("why skipped")
-        rows = [row + [""] * (len(headers) - len(row)) for row in rows]
-    return _table(rows, headers) + (
-        "\n# p50 ± 95 % CI of the round trip (payload there and back); ms = 1e-3 s")
+    text = _table(rows, headers)
+    turned = ""
+    if fit.widest(text) > fit.WIDTH and ran:
+        # More sizes than a terminal has columns for: sizes down, transports across.
+        text = _table([[_size(n)] + [row[1 + i] for row in rows] for i, n in enumerate(sizes)],
+                      ["size"] + ran)
+        turned = "; rows = sizes, columns = transports"
+    return "\n".join([text, "# p50 ± 95 % CI of the round trip (payload there and back), in ms"
+                       + turned] + skipped)
 
 
 def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
@@ -132,10 +129,13 @@ def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
     return "\n".join(lines).rstrip()
 
 
+def _points(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["figures"].get("metric") == "observer_latency"]
+
+
 def render_agent_observer(records: list[dict[str, Any]]) -> str:
-    points = [r for r in records if r["figures"].get("metric") == "observer_latency"]
     rows = []
-    for r in points:
+    for r in _points(records):
         f = r["figures"]
         m = f["metrics"]
         rows.append([
@@ -150,11 +150,20 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
             units.figure_cell(f.get("run_s")),
             ",".join(f.get("tensorpipe_transports", ["default"])),
         ])
-    table = _table(rows, [
-        "batch", "state", "nlayers", "out", "episodes x steps", "agent p50 (ms)",
-        "agent p95 (ms)", "agent req/s p50", "observer p50 (ms)", "observer p95 (ms)",
-        "observer req/s p50", "run (s)", "TensorPipe"])
+    headers = ["batch", "state", "nlayers", "out", "episodes x steps", "agent p50 (ms)",
+               "agent p95 (ms)", "agent req/s p50", "observer p50 (ms)", "observer p95 (ms)",
+               "observer req/s p50", "run (s)", "TensorPipe"]
+    transports = {row[-1] for row in rows}
+    if len(transports) == 1:  # one value for every row: said once, in the note below
+        rows = [row[:-1] for row in rows]
+        headers = headers[:-1]
     note = ("# coordinator rank 0, agent rank 1, observers ranks 2..n-1; agent throughput = "
             "batch size / agent latency, observer throughput = 1 / observer latency; "
-            "the seed runs 10 episodes x 100 steps")
-    return "\n".join([table, note] + [seed_block(r) for r in points])
+            "the seed runs 10 episodes x 100 steps (-v: the seed's own block per point)"
+            + (f"; TensorPipe transports: {transports.pop()}" if len(transports) == 1 else ""))
+    return "\n".join([_table(rows, headers), note])
+
+
+def seed_blocks(records: list[dict[str, Any]]) -> str:
+    """The seed's block of every point (the -v detail of the agent/observer table)."""
+    return "\n".join(seed_block(r) for r in _points(records))

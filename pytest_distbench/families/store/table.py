@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
-
-from ...results.rendering import ci
+from ...results.rendering import ci, fit
 from . import plan
 
 
@@ -56,8 +54,7 @@ def _incomplete_notes(rows: list[dict[str, Any]]) -> str:
 
 
 def _table(body: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True,
-                    colalign=("right",) * len(headers))
+    return fit.table(body, headers, colalign=("right",) * len(headers))
 
 
 def _limits(rows: list[dict[str, Any]]) -> str:
@@ -163,7 +160,7 @@ def render_routes(rows: list[dict[str, Any]]) -> str:
                    "agrees"]
         notes = [f"# {x['how']}: {x['note']}" for x in f["rows"]
                  if x["note"] and not x["note"].startswith("url ")]
-        blocks.append(tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+        blocks.append(fit.table(body, headers)
                       + f"\n# torch {f.get('torch')}, network namespace: {f.get('network')}"
                       + "".join("\n" + n for n in notes))
     return "\n".join(blocks)

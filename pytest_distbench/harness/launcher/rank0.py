@@ -113,7 +113,7 @@ class RankZeroSession(LauncherSession):
                  ) -> LivePrinter | None:
         self._live = None
         if report_every_s:
-            self._live = LivePrinter(self.config, item.nodeid, self._live_stream)
+            self._live = LivePrinter(self.config, self._live_stream)
         return self._live
 
     def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
@@ -171,6 +171,8 @@ class RankZeroSession(LauncherSession):
             live = self._live.reports if self._live is not None else {}
             records = judge(item, key, run_result(posted), settings, live_reports=live,
                             keep=self.records)
+            if self._live is not None:
+                self._live.finish(records)
             self.gate_check(item, records, settings)
         except pytest.xfail.Exception as exc:  # before pytest.fail's: XFailed is a Failed
             verdict.status, verdict.message = "xfailed", str(exc.msg)

@@ -193,7 +193,7 @@ class LocalSession(Session):
         except WorldStartError as exc:
             variant = f"{key.variant} " if key.variant else ""
             pytest.fail(f"could not start the {variant}world: {exc}", pytrace=False)
-        live = LivePrinter(item.config, item.nodeid)
+        live = LivePrinter(item.config)
         result = world.run(task, settings.timeout, on_progress=live)
         if not result.clean:
             self.retire(world)
@@ -201,5 +201,7 @@ class LocalSession(Session):
             world.stop()
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
-        return judge(item, key, result, settings, variant=key.variant,
-                     live_reports=live.reports, keep=None if key.variant else self.records)
+        records = judge(item, key, result, settings, variant=key.variant,
+                        live_reports=live.reports, keep=None if key.variant else self.records)
+        live.finish(records)
+        return records

@@ -34,7 +34,9 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
         if registry.table_style(family) is None:
             lines += _table_and_notes(table.family_text(family, rows, "github", memory=memory))
         else:
-            lines += ["```text", table.family_text(family, rows), "```"]
+            details = registry.table_details(family)
+            lines += ["```text", table.family_text(family, rows)
+                      + (f"\n{details(rows)}" if details else ""), "```"]
         lines.append("")
     if comparison is not None:
         from .report import render as render_comparison

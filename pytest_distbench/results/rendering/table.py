@@ -8,7 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import registry, units
-from . import ci
+from . import ci, fit
 from .plot_spec import bandwidth_cell, measurement_name
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
@@ -63,9 +63,11 @@ def title(family: str, backend: str, world_size: int, device: str, placement: st
     return text + (f"  | {said}" if said else "")
 
 
-def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False) -> str:
+def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
+                  details: bool = False) -> str:
     """Every group's table; `memory` (--distbench-gpu-memory) adds the host RSS and GPU
-    memory columns to every table, not only to those of pressured runs."""
+    memory columns to every table, not only to those of pressured runs; `details` (-v) adds
+    the detail block a family registered (the agent/observer seed's own format)."""
     blocks = []
     for (family, backend, world_size, device, placement), rows in grouped(records):
         try:
@@ -74,13 +76,16 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False) ->
         except Exception as exc:  # noqa: BLE001 - the title's failure must not lose the rows
             title_line = f"# {family}  backend={backend}  ranks={world_size}: {_failed(exc)}"
         text = family_text(family, rows, memory=memory)
+        detail = registry.table_details(family) if details else None
+        if detail is not None:
+            text += "\n" + detail(rows)
         if (memory or _pressured(rows)) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
             text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
         if memory and GPU_HEADERS[0] not in text:
             text += "".join(f"\n# {header} {r['name']}: {_mib_cell(r, key)}" for r in rows
                             for header, key in zip(GPU_HEADERS, GPU_FIELDS, strict=True))
-        blocks.append(title_line + "\n" + text)
+        blocks.append(fit.wrap_text(title_line + "\n" + text))
     return "\n\n".join(blocks)
 
 
@@ -210,8 +215,11 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
         for line, r in zip(table, rows, strict=True):
             line.extend(_mib_cell(r, key) for key in GPU_FIELDS)
     align = ("left",) * bool(labels) + ("right",) * (len(headers) - bool(labels))
-    text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
-                    colalign=align)
+    if tablefmt == "simple":  # a terminal's: headers wrap to fit (markdown renders its own)
+        text = fit.table(table, headers, colalign=align)
+    else:
+        text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+                        colalign=align)
     with_bytes = [r for r in with_bytes if not r.get("incomplete")]
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)

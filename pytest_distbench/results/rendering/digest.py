@@ -1,0 +1,68 @@
+"""The digest that ends a session's output: one line per family, its headline figures at its
+largest world size and message size (the full tables stay above it), each line fitted to a
+terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ... import units
+from . import table
+from .fit import wrap
+from .plot_spec import headline
+
+
+def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
+    """`all_reduce  ws8    64 MiB  p50 ...` for every family, in table order: the rows at the
+    family's largest world size and then its largest size."""
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for (family, *_), rows in table.grouped(records):  # valid records only, in table order
+        by_family.setdefault(family, []).extend(rows)
+    width = max((len(f) for f in by_family), default=0)
+    entries = []
+    for family, rows in by_family.items():
+        world = max(r["world_size"] for r in rows)
+        at_world = [r for r in rows if r["world_size"] == world]
+        sizes = [r["nbytes"] for r in at_world if r["nbytes"] is not None]
+        largest = max(sizes) if sizes else None
+        point = [r for r in at_world if r["nbytes"] == largest]
+        size = "-" if largest is None else units.format_size_exact(largest)
+        if table.headline(family) is None:  # its table has no headline column (store_routes)
+            figures = "no headline figure: see its table"
+        else:
+            figures = _figures(point)
+        entries.append((family, world, size, figures))
+    sized = max((len(size) for _, _, size, _ in entries), default=0)
+    lines = []
+    for family, world, size, figures in entries:
+        lines.extend(wrap(f"{family:<{width}}  ws{world:<3} {size:>{sized}}  {figures}",
+                          indent=" " * (width + 2)))
+    return lines
+
+
+def _figures(point: list[dict[str, Any]]) -> str:
+    """The point's figures, each row's labelled by what tells it from the others (its test,
+    parameters or measurement name); rows with the same figures (agent/observer's two
+    metrics) once; two rows at most, then how many more."""
+    tokens = [_words(r) for r in point]
+    common = set.intersection(*map(set, tokens)) if tokens else set()
+    texts = [" ".join(headline([r]).split()) for r in point]
+    if len(set(texts)) == 1:  # one figure for every row
+        return texts[0] or "no headline figure"
+    shown = [f"{' '.join(w for w in words if w not in common)}: {text}"
+             for words, text in zip(tokens, texts, strict=True) if text]
+    more = [f"... {len(shown) - 2} more"] if len(shown) > 2 else []
+    return "; ".join(shown[:2] + more) or "no headline figure"
+
+
+def _words(record: dict[str, Any]) -> list[str]:
+    """What may tell a record from others of its point: its test function, its parameters'
+    values (not its size) and its measurement's name."""
+    name = str(record.get("name", ""))
+    test, _, measurement = name.partition("::")
+    params = record.get("params") or {}
+    values = [f"{k}=" + ("-".join(map(str, v)) if isinstance(v, list) else str(v))
+              for k, v in params.items() if k != "nbytes"]
+    return [test.split("[")[0], *values, *([measurement] if measurement else [])]
+

@@ -1,0 +1,194 @@
+"""What a terminal shows of a real session: 120 columns, a line per suite, live lines that
+leave pytest's progress line alone, and a digest at the end (issue 30, items 8-10)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tables import read_table
+
+from pytest_distbench import units
+from pytest_distbench.results.rendering import fit
+
+WIDTH = 120  # the terminal the default output fits (fit.WIDTH; written out for the check)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SMALL = ("--distbench", "--pyargs", "pytest_distbench.suites", "--world-size=3",
+         "--tensor-size=4B,1KiB", "--distbench-store-clients=4", "--distbench-episodes=2",
+         "--distbench-steps=5", "--distbench-budget=0.05")
+# Two store inits, three CPU transports x 2 sizes (three GPU ones skip), one agent/observer
+# point, four message-rate points (credits 1 and 10, two paths): four families, four suites.
+SELECTION = ("store_init or transports or agent_observer or "
+             "(test_message_rate and credits1 and 4B and not rpc and to_computation)")
+
+
+def _plain(text: str) -> list[str]:
+    return [ANSI.sub("", line) for line in text.splitlines()]
+
+
+def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
+        pytester, distbench_run):
+    out = "run.json"  # in the session's directory: a long path's line is printed whole
+    # Live reports every 10 ms: every measurement reports, and without -v none is printed.
+    result = distbench_run(*SMALL, "-k", SELECTION, "--color=yes", f"--distbench-json={out}",
+                           "--distbench-report-every=0.01s")
+    result.assert_outcomes(passed=13, skipped=6)
+    lines = _plain(result.stdout.str())
+    too_wide = [line for line in lines if len(line) > WIDTH]
+    assert not too_wide, "\n".join(too_wide)
+    # Checks that found nothing, and the seed's block, only under -v.
+    assert not any("rpc check" in line for line in lines)
+    assert "Benchmark" not in lines and not any(ln.startswith("agent latency --") for ln in lines)
+    # A transport that ran at no size: one line with its reason, not a row of "skipped".
+    assert "# nccl: skipped, nccl is not built into this torch" in lines
+    assert not any("skipped  " in line for line in lines)
+    # A line per suite, and pytest's progress lines whole: no live line breaks them.
+    suites = [line for line in lines if line.startswith("distbench: suite ")]
+    assert suites == [
+        "distbench: suite 1/4, test_agent_observer.py: 1 test, 1-1 of 19",
+        "distbench: suite 2/4, test_message_rate.py: 4 tests, 2-5 of 19",
+        "distbench: suite 3/4, test_rpc.py: 12 tests, 6-17 of 19",
+        "distbench: suite 4/4, test_store.py: 2 tests, 18-19 of 19"]
+    for suite in suites:
+        name = suite.split(", ")[1].split(":")[0]
+        progress = lines[lines.index(suite) + 1]
+        assert re.fullmatch(rf"{re.escape(name)} [.s]+ +\[ *\d+%\]", progress), progress
+    assert not any("live" in line for line in lines)
+    document = json.loads((pytester.path / out).read_text())
+    assert all(b["distbench"].get("live_reports") for b in document["benchmarks"]
+               if b["distbench"]["family"] == "message_rate")  # reported, not printed
+    # The digest ends the output: a line per family at its largest point, where the full
+    # tables are, the machine's noise.
+    start = lines.index(next(ln for ln in lines if "distbench digest" in ln))
+    digest = [line for line in lines[start + 1:-1] if line]
+    heads = [line for line in digest if not line.startswith(" ")]
+    assert [line.split()[0] for line in heads[:4]] == [
+        "agent_observer", "message_rate", "rpc_transports", "store_init"]
+    # Rows sharing the largest point are told apart (path, credits; transport).
+    assert re.match(r"message_rate +ws3 +4 B +credits=1 path=client_to_computation: [\d,.]+ "
+                    r"msgs/s", heads[1]), digest
+    assert re.match(r"rpc_transports +ws2 +1 KiB +transport=[a-z-]+: round trip ",
+                    heads[2]), digest
+    assert f"every sample in {out}" in " ".join(line.strip() for line in digest)
+    assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)
+
+
+def test_verbose_shows_live_lines_whose_closing_totals_are_the_tables(pytester, distbench_run):
+    out = pytester.path / "run.json"
+    result = distbench_run(*SMALL, "-v", "-k", "agent_observer or (test_message_rate and "
+                           "credits1- and 4B and not rpc and client_to_computation)",
+                           "--distbench-duration=1s", "--distbench-report-every=0.4s",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=2)
+    lines = _plain(result.stdout.str())
+    assert sum(line.startswith("  live: Time: ") for line in lines) >= 2
+    [done] = [line for line in lines if line.startswith("  live: done: ")]
+    messages, seconds, rate = re.match(
+        r"  live: done: (\d+) msgs in ([\d.]+) s = ([\d,.]+) msgs/s", done).groups()
+    [record] = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]
+                if b["distbench"]["family"] == "message_rate"]
+    f = record["figures"]
+    assert int(messages) == f["total_messages"]
+    # The table's own cells: the same figures, as printed.
+    table_start = next(i for i, line in enumerate(lines) if line == "# transport: process_group")
+    headers, [row] = read_table(lines[table_start + 1:])
+    assert row[headers.index("msgs")] == messages
+    assert row[headers.index("time (s)")] == seconds
+    assert row[headers.index("msgs/s ± 95% CI")].split()[0] == rate
+    # The agent/observer seed's own block and the checks that found nothing show under -v.
+    assert "Benchmark" in lines and any(ln.startswith("agent latency -- {50: ") for ln in lines)
+    assert any(line.startswith("distbench rpc check rdma_fork: ok") for line in lines)
+    # pytest names the test again before its result, after the live lines.
+    result.stdout.fnmatch_lines(["  live: done: *", "*test_message_rate[[]*[]] PASSED*"])
+
+
+words = st.text(alphabet="abcdefghij(),.±%", min_size=1, max_size=9)
+phrases = st.lists(words, min_size=1, max_size=4).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=9).flatmap(lambda n: st.tuples(
+    st.lists(phrases, min_size=n, max_size=n),
+    st.lists(st.lists(phrases, min_size=n, max_size=n), max_size=4),
+    st.lists(st.sampled_from(["right", "left"]), min_size=n, max_size=n))),
+    st.integers(min_value=20, max_value=120))
+def test_a_table_fits_unless_its_words_cannot_and_loses_no_word(shape, width):
+    headers, rows, align = shape
+    text = fit.table(rows, headers, colalign=align, width=width)
+    # Every word is still there (a column's lines may interleave with the others').
+    printed = Counter(text.split())
+    wanted = Counter(w for phrase in headers + [c for row in rows for c in row]
+                     for w in phrase.split())
+    assert not wanted - printed
+    # Wider than asked only where the words allow no narrower: a header's longest word, a
+    # right-aligned cell broken only before a parenthesis.
+    floor = 2 * (len(headers) - 1)
+    for i, header in enumerate(headers):
+        cells = [row[i] for row in rows]
+        pieces = [p for c in cells for p in (
+            re.split(r" +(?=\()", c) if align[i] == "right" else c.split())]
+        floor += max([max(len(w) for w in header.split())] + [len(p) for p in pieces])
+    assert fit.widest(text) <= max(width, floor), text
+
+
+def test_quiet_says_no_suite_and_still_ends_with_the_digest(pytester, distbench_run):
+    result = distbench_run("-q", "--distbench", "--pyargs", "pytest_distbench.suites",
+                           "--world-size=2", "-k", "test_all_reduce", "--tensor-size=4B",
+                           "--distbench-budget=0.05")
+    result.assert_outcomes(passed=1)
+    lines = _plain(result.stdout.str())
+    assert not any(line.startswith("distbench: suite ") for line in lines)
+    digest = lines[lines.index(next(ln for ln in lines if "distbench digest" in ln)) + 1:]
+    assert re.match(r"all_reduce +ws2 +4 B +p50 ", digest[0]), digest
+
+
+def test_transports_with_many_sizes_turn_to_fit_and_say_each_skipped_one_once():
+    """The main job's transports table had a column per size (13) and a row of `skipped` per
+    transport that never ran: 279 columns."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.families.rpc.tables import render_transports
+
+    sizes = [4 << (2 * k) for k in range(13)]  # 4 B .. 64 MiB
+    records = []
+    for transport in ("tensorpipe-shm", "tensorpipe-uv", "gloo"):
+        for n in sizes:
+            r = benchmark_record(n, [1e-4 * (1 + k / 10) for k in range(20)])
+            records.append(dict(r, family="rpc_transports", figures={"transport": transport}))
+    text = render_transports(records)
+    assert fit.widest(text) <= WIDTH, text
+    lines = text.splitlines()
+    assert lines[0].split() == ["size", "tensorpipe-shm", "tensorpipe-uv", "gloo"]
+    assert len([ln for ln in lines if re.match(r" *\d+ [KMG]?i?B ", ln)]) == len(sizes)
+    assert "rows = sizes, columns = transports" in text
+    skipped = [ln for ln in lines if "skipped" in ln]
+    assert [ln.split(":")[0] for ln in skipped] == [
+        "# nccl", "# tensorpipe-cuda_ipc", "# tensorpipe-cuda_basic"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["all_reduce", "all_gather", "broadcast"]),
+                          st.integers(min_value=1, max_value=2**40),
+                          st.integers(min_value=1, max_value=80)), min_size=1, max_size=8))
+def test_the_digest_has_one_line_per_family_at_its_largest_point(points):
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    records = [dict(benchmark_record(n, [1e-4, 2e-4, 3e-4]), family=f, world_size=ws,
+                    name=f"test_{f}[gloo-ws{ws}-{n}B]") for f, n, ws in points]
+    lines = family_lines(records)
+    assert all(len(line) <= WIDTH for line in lines), lines
+    heads = [line for line in lines if not line.startswith(" ")]
+    assert [h.split()[0] for h in heads] == list(dict.fromkeys(f for f, _, _ in points))
+    for head in heads:
+        family, world, size = re.match(r"(\S+) +ws(\d+) +(\d+(?:\.\d+)? [KMGT]?i?B) ",
+                                       head).groups()
+        ws = max(w for f, _, w in points if f == family)
+        largest = max(n for f, n, w in points if f == family and w == ws)
+        assert int(world) == ws
+        # The largest size at that world, exactly: a rounded label only where it is exact.
+        assert size == f"{largest} B" or units.parse_size(size.replace(" ", "")) == largest
