@@ -11,6 +11,7 @@ import tracemalloc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tables import read_table
 
 from pytest_distbench.families.p2p import rates, tables
 from pytest_distbench.families.p2p.rates import (
@@ -171,16 +172,19 @@ def test_osu_latency_table_is_one_way_with_exact_bytes():
 def test_osu_rate_and_arras_tables():
     bw = _record("p2p_bandwidth", 1000, [1e-3], {"messages_per_iteration": 64, "window": 64,
                                                   "pairs": 1})
-    row = tables.render_osu([bw]).splitlines()[2].split()
-    assert row[:4] == ["1000", "64", "1", "64.00"]  # 64 x 1000 B in 1 ms = 64 MB/s, 4 digits
+    row = read_table(tables.render_osu([bw]).splitlines())[1][0]
+    # 64 x 1000 B in 1 ms = 64 MB/s, 4 digits
+    assert row[:4] == ["1000", "64", "1", "64.00 (no CI: n too small)"]
     mr = _record("message_rate", 1, [0.5, 0.5], {"messages_per_iteration": 100, "credits": 10,
                                                  "path": "computation_to_client",
                                                  "transport": "rpc"}, wrong=3)
-    row = tables.render_arras([mr]).splitlines()[2].split()
+    text = tables.render_arras([mr])
+    assert text.startswith("# transport: rpc\n")  # one table per transport
+    row = read_table(text.splitlines()[1:])[1][0]
     # Two iterations are too few blocks for the rate's interval: the table says so. Every
     # figure in one format: four significant digits, thousands separators.
-    assert row == ["rpc", "computation_to_client", "1", "10", "200.0", "(no", "CI:", "n", "too",
-                   "small)", "5,000", "0.0002000", "200", "1.000", "3"]
+    assert row == ["computation_to_client", "1", "10", "200.0 (no CI: n too small)",
+                   "5,000", "0.0002000", "200", "1.000", "3"]
 
 
 def test_a_whole_region_rate_carries_its_block_bootstrap_interval():
@@ -194,7 +198,7 @@ def test_a_whole_region_rate_carries_its_block_bootstrap_interval():
     half = (f["msgs_per_s_ci_high"] - f["msgs_per_s_ci_low"]) / 2
     assert f["rate_ci_pct"] == pytest.approx(100 * half / f["msgs_per_s"], rel=0.05)
     assert 0 < f["rate_ci_pct"] < 10
-    row = tables.render_arras([mr]).splitlines()[2]
+    row = "  ".join(read_table(tables.render_arras([mr]).splitlines())[1][0])
     assert re.search(r"[\d,.]+ ± [\d.]+ %", row)
     few = rates.record_rates({**mr, "samples": samples[:15], "rank_samples": None})
     assert few["rate_ci_pct"] is None and few["msgs_per_s_ci_low"] is None

@@ -301,6 +301,8 @@ def _validate_environment(environment: dict[str, Any], where: str) -> None:
     gpus = environment.get("gpus")
     if gpus is not None and not isinstance(gpus, list):
         raise SchemaError(_at(where, "gpus"), f"expected a list or null, got {_json_type(gpus)}")
+    # The history keeps the torch version of each run: a baseline must hold one it can keep.
+    _optional_string(environment, "torch", where)
     _probe_field(environment, where)
 
 
@@ -318,10 +320,14 @@ def _validate_history(history: Any, where: str) -> None:
                 raise SchemaError(_at(at, "p50_s"), f"{_short(bid)}: expected seconds >= 0, "
                                   f"got {_short(value)}")
         for key in ("created", "torch"):
-            if run.get(key) is not None and not isinstance(run[key], str):
-                raise SchemaError(_at(at, key), f"expected a string or null, got "
-                                  f"{_json_type(run[key])}")
+            _optional_string(run, key, at)
         _probe_field(run, at)
+
+
+def _optional_string(obj: dict[str, Any], key: str, where: str) -> None:
+    if obj.get(key) is not None and not isinstance(obj[key], str):
+        raise SchemaError(_at(where, key), f"expected a string or null, got "
+                          f"{_json_type(obj[key])}")
 
 
 def _probe_field(obj: dict[str, Any], where: str) -> None:
