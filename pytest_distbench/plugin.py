@@ -109,8 +109,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("distbench"):
         note = collection.merge_equal_sizes(config, items)
-        if note:
-            config.stash[SESSION_KEY].notes.append(note)
+        if note:  # no file named in it: it may wrap (outputs keeps the lines that name one)
+            from .results.rendering.fit import wrap
+
+            config.stash[SESSION_KEY].notes.extend(wrap(note))
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:

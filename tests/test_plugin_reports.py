@@ -40,6 +40,9 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us {pct}", out), out
     assert "test_all_gather[gloo-ws2-8B]" not in out
     assert "requested sizes 4 B, 8 B all move 8 B at 2 ranks: measured once, shown once" in out
+    # The session's note on what it deselected wraps to the terminal's 120 columns too.
+    note = out[out.index("distbench: 1 test(s) deselected"):].splitlines()[:2]
+    assert all(len(line) <= 120 for line in note) and note[1].startswith("  "), note
 
     props = _properties(pytester.path / "report.xml")
     gather = props["test_all_gather[gloo-ws2-4B]"]
