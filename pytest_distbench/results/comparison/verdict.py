@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 from ..document.history import p50_runs
 from ..document.schema import records
@@ -26,7 +26,7 @@ from ..statistics.unpaired import (
 )
 
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
-KINDS = ("regression", "improvement", "slower", "faster", "unchanged", "new", "missing")
+KINDS: tuple[Kind, ...] = get_args(Kind)  # in the order summaries count them
 # What a change a comparison saw but could not gate is called instead (docs/gating.md).
 UNGATED = {"regression": "slower", "improvement": "faster"}
 DEFAULT_THRESHOLD = 0.10
