@@ -34,9 +34,7 @@ def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None
         if registry.table_style(family) is None:
             lines += _table_and_notes(table.family_text(family, rows, "github", memory=memory))
         else:
-            details = registry.table_details(family)
-            lines += ["```text", table.family_text(family, rows)
-                      + (f"\n{details(rows)}" if details else ""), "```"]
+            lines += ["```text", table.family_text(family, rows, details=True), "```"]
         lines.append("")
     if comparison is not None:
         from .report import render as render_comparison

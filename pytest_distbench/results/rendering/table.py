@@ -75,10 +75,7 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
                                timing_note(rows))
         except Exception as exc:  # noqa: BLE001 - the title's failure must not lose the rows
             title_line = f"# {family}  backend={backend}  ranks={world_size}: {_failed(exc)}"
-        text = family_text(family, rows, memory=memory)
-        detail = registry.table_details(family) if details else None
-        if detail is not None:
-            text += "\n" + detail(rows)
+        text = family_text(family, rows, memory=memory, details=details)
         if (memory or _pressured(rows)) and RSS_HEADER not in text:
             # A family style without the column still shows the memory pressure left behind.
             text += "".join(f"\n# {RSS_HEADER} {r['name']}: {peak_rss_cell(r)}" for r in rows)
@@ -90,17 +87,20 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
 
 
 def family_text(family: str, rows: list[dict[str, Any]], tablefmt: str = "simple", *,
-                memory: bool = False) -> str:
-    """One group's table: the family's own style (OSU, arras, ...) or nccl-tests style.
+                memory: bool = False, details: bool = False) -> str:
+    """One group's table: the family's own style (OSU, arras, ...) or nccl-tests style, and
+    with `details` the detail block the family registered (the agent/observer seed's format).
 
     A renderer that fails on some row must not take the others down (nor the session's other
     tables, nor pytest-benchmark's, which print after ours): the rows are then drawn one at a
     time and a row that still fails is replaced by a line saying why.
     """
     style = registry.table_style(family)
+    detail = registry.table_details(family) if details else None
 
     def draw(some: list[dict[str, Any]]) -> str:
-        return style(some) if style else render_group(some, tablefmt, memory=memory)
+        text = style(some) if style else render_group(some, tablefmt, memory=memory)
+        return text + (f"\n{detail(some)}" if detail is not None else "")
 
     try:
         return draw(rows)
@@ -173,7 +173,9 @@ def _mib_cell(record: dict[str, Any], key: str) -> str:
 def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
-    with_bytes = [r for r in rows if r.get("busbw_gbps") is not None]
+    # An incomplete row's samples are only its bound: no bandwidth to average.
+    with_bytes = [r for r in rows if r.get("busbw_gbps") is not None
+                  and not r.get("incomplete")]
     table = []
     for r in rows:
         s = r["summary"]
@@ -220,7 +222,6 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     else:
         text = tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
                         colalign=align)
-    with_bytes = [r for r in with_bytes if not r.get("incomplete")]
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
