@@ -10,7 +10,7 @@ from typing import Any
 from ... import units
 from . import table
 from .fit import wrap
-from .plot_spec import headline
+from .plot_spec import headline, measurement_name
 
 
 def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
@@ -59,10 +59,10 @@ def _figures(point: list[dict[str, Any]]) -> str:
 def _words(record: dict[str, Any]) -> list[str]:
     """What may tell a record from others of its point: its test function, its parameters'
     values (not its size) and its measurement's name."""
-    name = str(record.get("name", ""))
-    test, _, measurement = name.partition("::")
+    test = str(record.get("name", "")).split("[", 1)[0].split("::", 1)[0]
+    measurement = measurement_name(record)
     params = record.get("params") or {}
     values = [f"{k}=" + ("-".join(map(str, v)) if isinstance(v, list) else str(v))
               for k, v in params.items() if k != "nbytes"]
-    return [test.split("[")[0], *values, *([measurement] if measurement else [])]
+    return [test, *values, *([measurement] if measurement else [])]
 
