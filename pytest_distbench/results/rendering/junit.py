@@ -18,12 +18,18 @@ Property = tuple[str, Any]
 def record_properties(record: Mapping[str, Any], verdict: Any = None,
                       prefix: str = "") -> list[Property]:
     """p50_us, p95_us, algbw_gbps, busbw_gbps, the family's figures, and the gate's verdict."""
-    summary = record.get("summary") or {}
     props: list[Property] = [("family", record.get("family"))]
     incomplete = record.get("incomplete")
     if incomplete:  # its samples are only the bound: no figure
-        return [(prefix + "family", record.get("family")),
-                (prefix + "incomplete", f"{ci.incomplete_text(record)}: {incomplete['reason']}")]
+        props.append(("incomplete", f"{ci.incomplete_text(record)}: {incomplete['reason']}"))
+    else:
+        props += _figure_properties(record, verdict)
+    return [(prefix + name, value) for name, value in props if value is not None]
+
+
+def _figure_properties(record: Mapping[str, Any], verdict: Any) -> list[Property]:
+    summary = record.get("summary") or {}
+    props: list[Property] = []
     for q in ("p50", "p95"):
         if _finite(summary.get(q)):
             props.append((f"{q}_us", round(summary[q] * 1e6, 6)))
@@ -43,7 +49,7 @@ def record_properties(record: Mapping[str, Any], verdict: Any = None,
             props.append(("change_pct", round(verdict.change * 100, 3)))
         if _finite(verdict.p_value):
             props.append(("p_value", float(f"{verdict.p_value:.3g}")))
-    return [(prefix + name, value) for name, value in props if value is not None]
+    return props
 
 
 def _p50_ci(record: Mapping[str, Any]) -> list[Property]:
