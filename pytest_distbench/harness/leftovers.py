@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRACE_S", "Snapshot", "snapshot", "left_behind", "process_group_gone"]
+__all__ = ["GRACE_S", "Snapshot", "snapshot", "left_behind", "process_group_gone",
+           "proc_stat", "is_running"]
 
 # What a body just stopped may still need to end (a joined-late thread, a terminated child).
 GRACE_S = 1.0
@@ -113,15 +114,21 @@ def _children() -> set[int]:
 
 def _running(pids: set[int]) -> set[int]:
     """Those of `pids` that still run: an exited child not yet reaped is no load."""
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            alive.add(pid)
-    return alive
+    return {pid for pid in pids if is_running(pid)}
+
+
+def proc_stat(pid: int | None, index: int) -> str | None:
+    """Field `index` after the command of /proc/PID/stat (0: state, 1: parent); None when the
+    process is gone or there is no /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[index]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_running(pid: int | None) -> bool:
+    """Whether the process runs: not gone, not a zombie waiting to be reaped."""
+    return proc_stat(pid, 0) not in (None, "Z", "X")
 
 
 def _command(pid: int) -> str:

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from .. import rank as rank_module
+from ..leftovers import is_running, proc_stat
 from ..outcome import RunResult, describe_exit, prefix_output
 from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome, WorldKey
 from .loopback import rank_listen_env
@@ -78,22 +79,12 @@ def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
 FORKSERVER_GONE_CODE = 255
 
 
-def _proc_stat(pid: int | None, index: int) -> str | None:
-    """Field `index` after the command of /proc/PID/stat (0: state, 1: parent); None when the
-    process is gone or there is no /proc."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    return text.rsplit(")", 1)[1].split()[index]
-
-
 def _exited(pid: int, wait_s: float = 1.0) -> bool:
     """Whether the process `pid` has ended (a zombie, or gone), waiting up to `wait_s` for
     one that is exiting: its children die (parent-death signal) before it becomes a zombie,
     and until then multiprocessing would take the forkserver for alive and connect to it."""
     deadline = time.monotonic() + wait_s
-    while _proc_stat(pid, 0) not in (None, "Z", "X"):
+    while is_running(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -209,7 +200,7 @@ class World:
         self.start_s = time.perf_counter() - began
         # The forkserver forked every rank: its death kills them (their parent-death signal)
         # and multiprocessing then reports each one as "exit code 255".
-        self.forkserver_pid = _proc_stat(self.processes[0].pid, 1)
+        self.forkserver_pid = proc_stat(self.processes[0].pid, 1)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Shut down in order (RPC, process group), then make sure nothing is left."""
