@@ -297,9 +297,9 @@ def describe_problems(result: RunResult, timeout_s: float) -> str:
         ranks = ", ".join(map(str, sorted(result.died)))
         parts.append(f"the forkserver that forked the ranks (pid {result.forkserver_gone}) died; "
                      f"rank(s) {ranks} died with it (multiprocessing says exit code 255 for each)")
-    for r, code in sorted(result.died.items()):
-        if result.forkserver_gone is None:
-            parts.append(f"rank {r} died during the test: {describe_exit(code)}")
+    else:
+        parts += [f"rank {r} died during the test: {describe_exit(code)}"
+                  for r, code in sorted(result.died.items())]
     failed = sorted((result.failure_order.get(r, 0), r) for r, o in result.outcomes.items()
                     if o.status == "failed")
     for position, (_, r) in enumerate(failed):
