@@ -20,9 +20,9 @@ from ..live import LivePrinter
 from ..outcome import judge, prepare
 from ..session import Session
 from ..wire import RunTest
-from .leftovers import hold, make_capture_dir, remove_leftovers
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .netns import PrivateNetwork
+from .stale_folders import hold, make_capture_dir, remove_stale_folders
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
@@ -47,8 +47,8 @@ class LocalSession(Session):
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
-        remove_leftovers()  # what sessions killed by SIGKILL left in the temporary directory
-        # Held while this session lives: its folders are not leftovers (leftovers.py). The
+        remove_stale_folders()  # what sessions killed by SIGKILL left in the temporary directory
+        # Held while this session lives: its folders are not stale (stale_folders.py). The
         # forkserver's socket goes in multiprocessing's folder of this process.
         self._owner_locks = [hold(Path(multiprocessing.util.get_temp_dir()))]
 

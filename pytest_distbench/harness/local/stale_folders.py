@@ -54,7 +54,7 @@ def hold(path: Path) -> int | None:
     return fd
 
 
-def remove_leftovers() -> list[Path]:
+def remove_stale_folders() -> list[Path]:
     """Remove the folders of sessions that are gone from the temporary directory; the folders
     removed."""
     if fcntl is None:
