@@ -75,6 +75,18 @@ def test_a_duration_run_neither_stops_early_nor_overruns_more_than_stopping_cost
     assert bool(broken) == (early or duration * ratio > duration + late)
 
 
+@given(st.floats(0.1, 60), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=7))
+def test_a_rank_that_started_late_times_a_shorter_region_of_a_run_that_kept_its_duration(
+        duration, shares):
+    # The ranks stop together; one that left the start barrier later times less of the run
+    # (CI: rank 0 ran 0.2 s, ranks 1 and 2 timed 0.178 s and 0.17 s of it).
+    elapsed = [duration] + [duration * share for share in shares]
+    record = _record([1e-4], duration_s=duration, elapsed_s=elapsed)
+    assert not [v for v in violations(record) if v.startswith("duration kept")]
+    record["elapsed_s"] = [duration * 0.5] + [duration * share * 0.5 for share in shares]
+    assert [v for v in violations(record) if v.startswith("duration kept")]
+
+
 def test_a_duration_run_stopped_at_its_sample_cap_is_not_held_to_it():
     record = _record([0.001], duration_s=10.0, elapsed_s=[1.0],
                      figures={"stopped_at_sample_cap": True})

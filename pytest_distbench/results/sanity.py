@@ -100,7 +100,12 @@ def _counts(record: dict[str, Any]) -> list[str]:
 def _duration(record: dict[str, Any]) -> list[str]:
     """A duration run may not stop early; it may overrun by what stopping between iterations
     costs (the chunk in flight when the ranks agree): DURATION_TOLERANCE, DURATION_FLOOR_S or
-    two of its slowest iterations, whichever is most."""
+    two of its slowest iterations, whichever is most.
+
+    Early is judged on the longest rank's timed region: the ranks stop together when any one's
+    clock reaches the duration, and a rank that left the start barrier later (scheduled out,
+    on an oversubscribed machine) times a shorter region of the same run. Late is judged per
+    rank: no rank may run on past the stop."""
     requested = record.get("duration_s")
     figures = record.get("figures") or {}
     if not _number(requested) or requested <= 0 or figures.get("stopped_at_sample_cap"):
@@ -108,9 +113,13 @@ def _duration(record: dict[str, Any]) -> list[str]:
     samples = [x for x in record.get("samples") or [] if _number(x)]
     early = DURATION_TOLERANCE * requested
     late = max(early, DURATION_FLOOR_S, 2 * max(samples, default=0.0))
-    elapsed = record.get("elapsed_s") or []
-    off = [(rank, e) for rank, e in enumerate(elapsed)
-           if _number(e) and not requested - early <= e <= requested + late]
+    timed = [(rank, e) for rank, e in enumerate(record.get("elapsed_s") or []) if _number(e)]
+    if not timed:
+        return []
+    longest = max(e for _, e in timed)
+    off = [(rank, e) for rank, e in timed if e > requested + late]
+    if longest < requested - early:
+        off = [(rank, e) for rank, e in timed if e == longest] + off
     if not off:
         return []
     shown = ", ".join(f"rank {rank} {e:.3g} s" for rank, e in off)
