@@ -153,12 +153,12 @@ def run_spawned(tmp: Path, world_size: int, batch: bool, episodes: int,
 
 def upstream_env(world_size: int, threads: str) -> dict[str, str]:
     """Upstream's environment: with threads="ranks", the intra-op threads the product's ranks
-    get (harness/threads.py, torchrun's rule: the host's CPUs shared among the ranks); with
+    get (harness/ranks/threads.py, torchrun's rule: the host's CPUs shared among the ranks); with
     "torch", torch's own default (every process sized to the whole machine)."""
     env = dict(os.environ)
     if threads == "ranks" and "OMP_NUM_THREADS" not in env:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from pytest_distbench.harness.threads import intra_op_threads
+        from pytest_distbench.harness.ranks.threads import intra_op_threads
 
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)

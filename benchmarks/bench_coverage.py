@@ -37,7 +37,7 @@ POINTS = [
 TEMPLATE = '''
 import pytest
 from pytest_distbench.families.collectives.members import COLLECTIVES, run_collective
-from pytest_distbench.families.message_rate.harness import run_message_rate
+from pytest_distbench.families.message_rate.loop import run_message_rate
 from pytest_distbench.families.p2p.members import P2P, run_p2p
 from pytest_distbench.families.rpc.latency import run_latency
 

@@ -334,7 +334,7 @@ def report_timing_cost() -> None:
     """What the timed loop itself adds per iteration, without any communication noise."""
     import torch
 
-    from pytest_distbench.harness.measure import Distbench
+    from pytest_distbench.harness.ranks.measure import Distbench
     from pytest_distbench.harness.wire import MeasureSettings
 
     bench = Distbench(

@@ -122,7 +122,7 @@ def hand_rates(tmp: Path, messages: int) -> dict[int, float]:
 IN_WORLD_TEST = """
 import json, time
 import pytest, torch, torch.distributed as dist
-from pytest_distbench.families.message_rate.harness import run_message_rate
+from pytest_distbench.families.message_rate.loop import run_message_rate
 from pytest_distbench.families.p2p.rates import rounds_per_iteration
 
 ITERATIONS = {iterations}
@@ -242,8 +242,8 @@ def harness_overhead(credits: int) -> tuple[float, float, float]:
     the per-iteration clock read of distbench.measure spread over the iteration's messages."""
     import torch
 
-    from pytest_distbench.families.message_rate.harness import message_loop
-    from pytest_distbench.families.p2p.harness import make_endpoint
+    from pytest_distbench.families.message_rate.loop import message_loop
+    from pytest_distbench.families.p2p.common import make_endpoint
     from pytest_distbench.families.p2p.rates import rounds_per_iteration
     from pytest_distbench.families.transports.null import NullTransport
 

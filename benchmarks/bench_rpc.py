@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHM_MAX_WORLD = 20  # as harness/rpc.py: larger worlds use TensorPipe's uv transport
+SHM_MAX_WORLD = 20  # as harness/ranks/rpc.py: larger worlds use TensorPipe's uv transport
 
 
 def _check(proc: subprocess.CompletedProcess[str], what: str) -> None:

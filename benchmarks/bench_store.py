@@ -89,7 +89,7 @@ def harness_cost(clients: int, rounds: int) -> None:
 
     import torch.distributed as dist
 
-    from pytest_distbench.families.store.harness import Crew, Server, raise_nofile
+    from pytest_distbench.families.store.common import Crew, Server, raise_nofile
 
     raise_nofile()
     ids = range(1, clients)

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from . import settings as settings_module
-from .harness.outcome import BACKEND_ARG, WORLD_SIZE_ARG, is_distbench, uses_rpc, uses_store
+from .harness.controller.outcome import (
+    BACKEND_ARG,
+    WORLD_SIZE_ARG,
+    is_distbench,
+    uses_rpc,
+    uses_store,
+)
 
 # Re-exported for plugin.py.
 __all__ = ["BACKEND_ARG", "WORLD_SIZE_ARG", "is_distbench", "uses_rpc", "uses_store"]

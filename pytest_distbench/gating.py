@@ -235,7 +235,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     overlap collection."""
     mode = session.config.stash.get(AB_KEY, None)
     if mode is not None:
-        from .harness.session import SESSION_KEY
+        from .harness.controller.session import SESSION_KEY
 
         mode.start(session.config.stash[SESSION_KEY])
 

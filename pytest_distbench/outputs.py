@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from . import gating
-from .harness.physical import measured_bounds
-from .harness.session import Session
+from .harness.controller.session import Session
+from .harness.environment.physical import measured_bounds
 
 HEADLINE_KEY = pytest.StashKey[str]()
 _FILE_OPTIONS = ("distbench_json", "distbench_markdown", "distbench_plot")  # and the baseline

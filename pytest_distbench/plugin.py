@@ -14,10 +14,10 @@ import pytest
 
 from . import collection, gating, outputs
 from . import settings as settings_module
+from .harness.controller.outcome import RankLocal
+from .harness.controller.session import SESSION_KEY
 from .harness.launcher.lean import RANK_LOCAL_ATTR
 from .harness.local import limits
-from .harness.outcome import RankLocal
-from .harness.session import SESSION_KEY
 from .harness.wire import RANK_FIXTURES
 
 SKIP_REASON = "distbench benchmark: run with --distbench"
@@ -48,8 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not config.getoption("distbench"):
         return
-    from .harness import xdist
     from .harness.launcher import plugin as launcher_plugin
+    from .harness.xdist import mode as xdist
 
     launch = launcher_plugin.configure(config)  # None in local mode
     resolved = settings_module.resolve(config)  # a bad option stops the run here, naming it
@@ -147,7 +147,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     distbench = session.config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return
-    from .harness import xdist
+    from .harness.xdist import mode as xdist
 
     progress = session.config.pluginmanager.get_plugin(outputs.SuiteProgress.NAME)
     if progress is not None:
@@ -162,7 +162,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             if reporter is not None:
                 outputs.write_lines(reporter, line, yellow=True)
     if any(collection.uses_store(item) for item in session.items):
-        from .harness.resolver import check_reverse_lookup
+        from .harness.environment.resolver import check_reverse_lookup
 
         check = check_reverse_lookup()
         distbench.store_checks = [check]
@@ -173,7 +173,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     import torch
 
-    from .harness import pitfalls
+    from .harness.environment import pitfalls
 
     checks = pitfalls.run_checks(gpu_visible=torch.cuda.device_count() > 0,
                                  sizes=settings_module.resolve(session.config).tensor_size)
@@ -208,7 +208,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
     if session is None or not collection.is_distbench(pyfuncitem):
         return None
-    from .harness.backends import unavailable
+    from .harness.environment.backends import unavailable
     from .harness.local.world import effective_bind
     from .harness.wire import WorldKey
 
@@ -265,7 +265,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if distbench is None:
         return
     distbench.close()
-    from .harness import xdist
+    from .harness.xdist import mode as xdist
 
     if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
         return

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_distbench.families.collectives import harness
+from pytest_distbench.families.collectives import common as harness
 from pytest_distbench.families.collectives.members import (
     COLLECTIVES,
     Buffers,

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 from tables import unwrapped
 
-from pytest_distbench.harness import cuda_timing
-from pytest_distbench.harness.measure import Distbench
+from pytest_distbench.harness.ranks import cuda_timing
+from pytest_distbench.harness.ranks.measure import Distbench
 from pytest_distbench.harness.wire import MeasureSettings
 from pytest_distbench.results.comparison.verdict import compare_documents
 from pytest_distbench.results.document import make_document

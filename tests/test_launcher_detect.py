@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_distbench.harness.controller.outcome import describe_problems
 from pytest_distbench.harness.launcher.agreement import first_difference
 from pytest_distbench.harness.launcher.detect import (
     DEFAULT_PORT,
@@ -18,7 +19,6 @@ from pytest_distbench.harness.launcher.detect import (
 )
 from pytest_distbench.harness.launcher.rank0 import run_result
 from pytest_distbench.harness.launcher.wire import Outcome
-from pytest_distbench.harness.outcome import describe_problems
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
             "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "abc",

@@ -10,14 +10,13 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness import pressure
-from pytest_distbench.harness.live import (
+from pytest_distbench.harness.controller.live import (
     Rate,
-    Reporter,
-    messages_per_iteration,
     progress_line,
     report_line,
 )
+from pytest_distbench.harness.ranks import pressure
+from pytest_distbench.harness.ranks.progress import Reporter, messages_per_iteration
 from pytest_distbench.harness.wire import PressureSettings, Progress
 
 NUMBER = r"([\d.]+|-)"

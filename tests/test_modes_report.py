@@ -1,8 +1,8 @@
 """One outcome pipeline: local, launcher and A/B mode show a test's outcome the same way.
 
 The same benchmark file runs in each mode, and each report must carry what the pipeline adds
-(harness/outcome.py): the pressured ranks' environment section, a failing rank's traceback
-tagged with its rank, the memory check before any rank is disturbed, and the live reports
+(harness/controller/outcome.py): the pressured ranks' environment section, a failing rank's
+traceback tagged with its rank, the memory check before any rank is disturbed, and the live reports
 of a duration run kept in the record.
 """
 

@@ -225,8 +225,8 @@ def _blocks_during(fn, calls):
 def test_message_loop_keeps_nothing_per_message(leader):
     import torch
 
-    from pytest_distbench.families.message_rate.harness import message_loop
-    from pytest_distbench.families.p2p.harness import make_endpoint
+    from pytest_distbench.families.message_rate.loop import message_loop
+    from pytest_distbench.families.p2p.common import make_endpoint
     from pytest_distbench.families.transports.null import NullTransport
 
     endpoint = make_endpoint(NullTransport(), 0, 1, leader, 10, 1, torch.device("cpu"))
@@ -242,7 +242,7 @@ def test_message_loop_keeps_nothing_per_message(leader):
 def test_unknown_transport_or_path_is_named():
     from types import SimpleNamespace
 
-    from pytest_distbench.families.message_rate.harness import run_message_rate
+    from pytest_distbench.families.message_rate.loop import run_message_rate
     from pytest_distbench.families.transports import make_transport
 
     with pytest.raises(ValueError, match="unknown transport 'carrier pigeon'.*process_group"):
@@ -268,7 +268,7 @@ def test_paths_say_how_many_ranks_they_need():
 def test_patterns_are_never_zero_and_tell_senders_slots_and_shifts_apart(source, slot, nbytes):
     import torch
 
-    from pytest_distbench.families.p2p.harness import pattern
+    from pytest_distbench.families.p2p.common import pattern
 
     p = pattern(source, slot, nbytes)
     assert p.dtype == torch.uint8 and p.numel() == nbytes and bool((p != 0).all())
@@ -280,7 +280,7 @@ def test_patterns_are_never_zero_and_tell_senders_slots_and_shifts_apart(source,
 def test_wrong_bytes_counts_exactly_what_differs():
     import torch
 
-    from pytest_distbench.families.p2p.harness import make_endpoint, pattern
+    from pytest_distbench.families.p2p.common import make_endpoint, pattern
     from pytest_distbench.families.transports.null import NullTransport
 
     e = make_endpoint(NullTransport(), 0, 1, False, 3, 100, torch.device("cpu"))

@@ -208,7 +208,7 @@ def test_wrong_payloads_fail_the_test_with_their_count(pytester, distbench_run):
         import pytest
         from transports import Corrupting, Losing
         from pytest_distbench.families.p2p.members import P2P, run_p2p
-        from pytest_distbench.families.message_rate.harness import run_message_rate
+        from pytest_distbench.families.message_rate.loop import run_message_rate
 
         pytestmark = pytest.mark.distbench(iterations=3, warmup=1)
 
@@ -261,7 +261,7 @@ def test_a_rank_failing_mid_transfer_is_reported_and_the_world_recovers(pytester
         test_breaks="""
         import pytest
         from pytest_distbench.families.transports.process_group import ProcessGroupTransport
-        from pytest_distbench.families.message_rate.harness import run_message_rate
+        from pytest_distbench.families.message_rate.loop import run_message_rate
 
         pytestmark = pytest.mark.distbench(iterations=20, warmup=1, timeout="20s")
 
@@ -326,7 +326,7 @@ def test_rpc_transport_without_an_agent_says_what_is_missing(pytester, distbench
     pytester.makepyfile(
         """
         import pytest
-        from pytest_distbench.families.message_rate.harness import run_message_rate
+        from pytest_distbench.families.message_rate.loop import run_message_rate
 
         @pytest.mark.distbench
         def test_no_agent(distbench):

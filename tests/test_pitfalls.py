@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pytest_distbench.harness import pitfalls
+from pytest_distbench.harness.environment import pitfalls
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

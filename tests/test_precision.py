@@ -10,8 +10,8 @@ import statistics
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.measure import _precise_mean, _precise_median
-from pytest_distbench.harness.threads import intra_op_threads
+from pytest_distbench.harness.ranks.measure import _precise_mean, _precise_median
+from pytest_distbench.harness.ranks.threads import intra_op_threads
 from pytest_distbench.results.statistics.interval import (
     block_bootstrap_mean,
     block_means,

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pytest_distbench.harness.resolver import FIX, LOOPBACK_MAPPED, check_reverse_lookup
+from pytest_distbench.harness.environment.resolver import FIX, LOOPBACK_MAPPED, check_reverse_lookup
 
 
 def test_the_check_is_bounded_and_names_cause_and_fix_when_it_stalls():
@@ -29,7 +29,7 @@ def test_the_check_is_ok_where_etc_hosts_answers_the_lookup(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text(open("/etc/hosts").read() + f"\n{LOOPBACK_MAPPED} localhost\n")
     script = textwrap.dedent("""
-        from pytest_distbench.harness.resolver import check_reverse_lookup
+        from pytest_distbench.harness.environment.resolver import check_reverse_lookup
         print(check_reverse_lookup().status)
     """)
     done = subprocess.run(

@@ -118,7 +118,7 @@ def test_a_raising_rpc_handler_fails_with_the_peers_traceback_and_the_next_test_
         """
         import os
         import torch.distributed.rpc as rpc
-        from pytest_distbench.families.rpc.harness import echo, fail_in_handler
+        from pytest_distbench.families.rpc.common import echo, fail_in_handler
 
         def test_handler_raises(distbench, rpc_agent):
             if rpc_agent.rank == 0:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_distbench.families.p2p.rates import record_rates
-from pytest_distbench.harness.physical import copy_gbps, shortest_round_trip_s
+from pytest_distbench.harness.environment.physical import copy_gbps, shortest_round_trip_s
 from pytest_distbench.results.sanity import (
     DURATION_FLOOR_S,
     DURATION_TOLERANCE,
@@ -156,7 +156,7 @@ def test_message_rate_off_path_ranks_are_not_timed_and_the_duration_is_kept(
     ranks then disagreed on when to stop. Every rank on the path now lasts the duration."""
     pytester.makepyfile(textwrap.dedent("""
         import pytest
-        from pytest_distbench.families.message_rate.harness import run_message_rate
+        from pytest_distbench.families.message_rate.loop import run_message_rate
 
         @pytest.mark.distbench
         def test_rate(distbench):

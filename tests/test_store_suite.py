@@ -107,7 +107,7 @@ def test_a_hung_store_test_is_killed_and_leaves_nothing(pytester, distbench_run)
         """
         import time
         import pytest
-        from pytest_distbench.families.store.harness import StoreConfig, simulated_store
+        from pytest_distbench.families.store.common import StoreConfig, simulated_store
 
         @pytest.mark.distbench(timeout="8s")
         def test_hangs_inside_the_store(distbench, tcp_store):
@@ -155,7 +155,7 @@ BARRIER_NEVER_COMPLETES = """
 import pytest
 from datetime import timedelta
 from pytest_distbench.families.store import barrier
-from pytest_distbench.families.store.harness import StoreConfig
+from pytest_distbench.families.store.common import StoreConfig
 
 def _never(store, key, world_size, timeout):
     store.wait([key + ":nobody-sets-this"], timeout)  # a barrier the server never gets through

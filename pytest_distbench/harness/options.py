@@ -14,7 +14,7 @@ import pytest
 from .. import units
 from ..registry import Setting
 from ..units import parse_bounded_duration, parse_count
-from . import cuda_timing
+from .ranks import cuda_timing
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")

@@ -45,7 +45,8 @@ class RankSpec:
 
 @dataclass(frozen=True)
 class PressureSettings:
-    """Load the pressured ranks put on themselves during the timed region (harness/pressure.py)."""
+    """Load the pressured ranks put on themselves during the timed region
+    (harness/ranks/pressure.py)."""
 
     cpu_threads: int = 0
     allocate_bytes: int = 0
@@ -72,7 +73,7 @@ class MeasureSettings:
     precision: float | None = None
     report_every_s: float | None = None  # live Progress reports from rank 0, None for none
     pressure: PressureSettings | None = None  # None: no pressure at all
-    # CUDA worlds only (harness/cuda_timing.py): "batch" or "each", the iterations per batch
+    # CUDA worlds only (harness/ranks/cuda_timing.py): "batch" or "each", the iterations per batch
     # (None: sized from the per-call time) and whether a batch is replayed from a CUDA graph.
     cuda_timing: str = "batch"
     cuda_batch: int | None = None
@@ -171,7 +172,7 @@ class TestOutcome:
     message: str = ""
     measurements: list[Measurement] = field(default_factory=list)
     # Why this rank's world cannot host another test ("" when it can): the test destroyed its
-    # process group, or left a thread or child process running (harness/leftovers.py).
+    # process group, or left a thread or child process running (harness/ranks/leftovers.py).
     rebuild: str = ""
 
 

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # A duration-bound run lasts the requested duration within this fraction (no less on the rank
-# that timed longest, no more on any rank), or within DURATION_FLOOR_S where that is more: a few scheduler time slices, which a rank of
-# an oversubscribed machine may wait before it sees that the others stopped.
+# that timed longest, no more on any rank), or within DURATION_FLOOR_S where that is more: a
+# few scheduler time slices, which a rank of an oversubscribed machine may wait before it sees
+# that the others stopped.
 DURATION_TOLERANCE = 0.10
 DURATION_FLOOR_S = 0.25
 # Floating-point slack for identities that hold exactly in arithmetic (totals and rates).

@@ -11,7 +11,7 @@ Without ``--tensor-size`` or ``--distbench-budget`` the suite runs its own small
 
 import pytest
 
-from pytest_distbench.families.message_rate.harness import PATHS, run_message_rate
+from pytest_distbench.families.message_rate.loop import PATHS, run_message_rate
 
 pytestmark = pytest.mark.distbench(
     defaults={"tensor_size": "1B,1KiB,64KiB,1MiB", "budget": "0.25s"})

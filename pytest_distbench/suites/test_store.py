@@ -16,7 +16,7 @@ threads spread over the other ranks. Every record says which backend the server 
 import pytest
 
 from pytest_distbench.families.store.barrier import run_barrier
-from pytest_distbench.families.store.harness import store_config
+from pytest_distbench.families.store.common import store_config
 from pytest_distbench.families.store.init import run_init
 from pytest_distbench.families.store.ops import run_ops
 from pytest_distbench.families.store.routes import run_routes

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .harness import Buffers, Collective, gathered_output, ring_split_factor, tag, tag_period
+from .common import Buffers, Collective, gathered_output, ring_split_factor, tag, tag_period
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 

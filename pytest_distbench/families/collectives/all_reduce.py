@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .harness import (
+from .common import (
     Buffers,
     Collective,
     contribution,

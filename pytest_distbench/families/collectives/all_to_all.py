@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .harness import Buffers, Collective, ring_split_factor, split_buffer, tag, tag_period
+from .common import Buffers, Collective, ring_split_factor, split_buffer, tag, tag_period
 
 
 def _run(b: Buffers):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .harness import Buffers, Collective, barrier_device_ids, no_bytes, no_values, unit_factor
+from .common import Buffers, Collective, barrier_device_ids, no_bytes, no_values, unit_factor
 
 
 def _run(b: Buffers):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .harness import ROOT, Buffers, Collective, tag, tag_period, unit_factor, whole_tensor
+from .common import ROOT, Buffers, Collective, tag, tag_period, unit_factor, whole_tensor
 
 
 def _run(b: Buffers):

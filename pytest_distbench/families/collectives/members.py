@@ -10,7 +10,7 @@ from .all_reduce import ALL_REDUCE
 from .all_to_all import ALL_TO_ALL
 from .barrier import BARRIER
 from .broadcast import BROADCAST
-from .harness import Buffers, Collective, Layout, run_collective
+from .common import Buffers, Collective, Layout, run_collective
 from .reduce import REDUCE
 from .reduce_scatter import REDUCE_SCATTER
 

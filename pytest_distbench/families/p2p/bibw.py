@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .harness import Endpoint, PointToPoint, first_pair
+from .common import Endpoint, PointToPoint, first_pair
 
 
 def _iteration(e: Endpoint) -> Callable[[], None]:

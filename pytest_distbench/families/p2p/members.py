@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .bandwidth import BANDWIDTH
 from .bibw import BIBW
-from .harness import PointToPoint, run_p2p
+from .common import PointToPoint, run_p2p
 from .latency import LATENCY
 from .message_rate_pairs import MESSAGE_RATE_PAIRS
 

@@ -7,7 +7,7 @@ pairs: pairs * W messages per iteration.
 from __future__ import annotations
 
 from .bandwidth import windowed_stream
-from .harness import PointToPoint, half_pairs
+from .common import PointToPoint, half_pairs
 
 MESSAGE_RATE_PAIRS = PointToPoint(
     name="p2p_message_rate_pairs",

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...harness.rpc import start_rpc, stop_rpc
+from ...harness.ranks.rpc import start_rpc, stop_rpc
 
 SHUTDOWN_TIMEOUT_S = 60.0
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from .harness import DRIVER, PEER, drive, echo, payload, require_pair
+from .common import DRIVER, PEER, drive, echo, payload, require_pair
 
 FAMILY = "rpc_latency"
 

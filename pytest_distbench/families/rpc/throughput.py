@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
-from .harness import PEER, drive, payload, require_pair, sink
+from .common import PEER, drive, payload, require_pair, sink
 
 FAMILY = "rpc_throughput"
 MESSAGES_PER_CREDIT = 4

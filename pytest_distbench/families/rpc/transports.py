@@ -17,7 +17,7 @@ import torch.distributed.rpc as rpc
 
 from .agents import tensorpipe_agent
 from .catalog import BY_NAME, TRANSPORT_NAMES, Transport, unavailable
-from .harness import DRIVER, PEER, drive, echo, payload, require_pair
+from .common import DRIVER, PEER, drive, echo, payload, require_pair
 
 FAMILY = "rpc_transports"
 __all__ = ["FAMILY", "TRANSPORT_NAMES", "run_transport"]

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import plan
-from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
+from .common import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_barrier"
 

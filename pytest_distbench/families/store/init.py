@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import plan
-from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
+from .common import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_init"
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch.distributed as dist
 
 from . import plan
-from .harness import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
+from .common import DidNotComplete, StoreConfig, record_facts, record_incomplete, simulated_store
 
 FAMILY = "store_ops"
 VALUE = b"distbench-value!"  # 16 bytes

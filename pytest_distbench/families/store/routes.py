@@ -226,7 +226,7 @@ def run_routes(distbench: Any, tcp_store: Any, timeout_s: float) -> None:
     """In every rank: rank 0 runs the checks; every rank records the same result."""
     import time
 
-    from .harness import Exchange
+    from .common import Exchange
 
     exchange = Exchange(tcp_store, distbench.rank, distbench.world_size)
     result: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ...harness.rpc import worker_name
+from ...harness.ranks.rpc import worker_name
 from .base import Route, Transport
 
 # Payloads that arrived in this process, per sending rank, with their place in the sender's

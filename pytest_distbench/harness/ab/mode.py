@@ -20,9 +20,9 @@ import pytest
 
 from ...results.statistics import paired, stats
 from ...settings import Settings
+from ..controller.outcome import prepare, summarize_record
 from ..local.session import LocalSession
 from ..local.world import PRELOAD
-from ..outcome import prepare, summarize_record
 from ..wire import WorldKey
 from .variants import InterpreterFacts, VariantServer
 

@@ -60,7 +60,7 @@ def own_paths(controller_path: list[str]) -> list[str]:
 _CHECK = """
 import json, sys
 import torch, pytest
-import pytest_distbench.harness.rank
+import pytest_distbench.harness.ranks.loop
 print(json.dumps({"version": list(sys.version_info[:2]), "torch": torch.__version__,
                   "sys_path": [p for p in sys.path if isinstance(p, str) and p],
                   "executable": sys.executable}))

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from .. import backends
+from ..environment import backends
 from . import hang, wire
 from .storechannel import StoreChannel
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from ..outcome import RankLocal
+from ..controller.outcome import RankLocal
 from ..wire import RANK_FIXTURES
 
 # Per-test hooks whose implementations a lean run bypasses (it calls pytest_pyfunc_call,

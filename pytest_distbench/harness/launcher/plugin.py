@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ... import settings as settings_module
-from ..outcome import WORLD_SIZE_ARG
+from ..controller.outcome import WORLD_SIZE_ARG
 from . import lean
 from .detect import LaunchEnv, resolve
 
@@ -59,7 +59,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
     if any("caplog" in getattr(item, "fixturenames", ()) for item in session.items):
         return
     if rank == 0:
-        from ..outcome import is_distbench
+        from ..controller.outcome import is_distbench
 
         if config.getoption("log_cli_level", None) or config.getini("log_cli"):
             return
@@ -73,7 +73,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
 def _lean_items(session: pytest.Session, owner: Any) -> dict[str, dict[str, Any]]:
     """The distbench items this rank runs lean, with their arguments (none when the session's
     plugins or options need pytest's full protocol)."""
-    from ..outcome import is_distbench
+    from ..controller.outcome import is_distbench
 
     if not lean.session_allows(session.config, owner):
         return {}

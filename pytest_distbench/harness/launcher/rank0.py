@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ...settings import Settings
-from ..live import LivePrinter, terminal_stream
-from ..outcome import RunResult, describe_problems, judge, tag
+from ..controller.live import LivePrinter, terminal_stream
+from ..controller.outcome import RunResult, describe_problems, judge, tag
 from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
@@ -34,7 +34,7 @@ class RankZeroSession(LauncherSession):
         self.watch = hang.DeadlineWatch(self._report_hang)
         self._zero_link: RankZeroLink | None = None
         self._open_link()
-        # Rank 0 prints the live reports of its own Reporter thread (harness/live.py).
+        # Rank 0 prints the live reports of its own Reporter thread (harness/controller/live.py).
         self._live_stream = terminal_stream()
         self._live: LivePrinter | None = None
         # Rank 0 sends no outcome: the hang report reads its own from here.

@@ -2,7 +2,7 @@
 
 Every rank runs the same items in the same order (agreement.py checks it before the first
 test). Per test, each rank runs the body with the same in-rank code as a local world's rank
-(harness/rank.py: fixtures, the `distbench` object). The ranks other than 0 send their
+(harness/ranks/loop.py: fixtures, the `distbench` object). The ranks other than 0 send their
 outcome to rank 0 (others.py); rank 0 judges them with its own through the same outcome
 pipeline as local mode (rank0.py) and sends one verdict, which every rank applies, so
 pass/fail and exit codes agree everywhere. Only rank 0 keeps records and reports. Outcomes
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from ...settings import Settings, resolve
-from ..live import LivePrinter
-from ..outcome import prepare
-from ..session import Session
+from ..controller.live import LivePrinter
+from ..controller.outcome import prepare
+from ..controller.session import Session
 from ..wire import RankSpec, TestOutcome, WorldKey
 from . import hang, wire
 from .agreement import Agreement
@@ -135,7 +135,7 @@ class LauncherSession(Session):
         if self._rank_obj is not None and self._world_key == key:
             return self._rank_obj
         self._close_world(graceful=True)
-        from ..rank import Rank
+        from ..ranks.loop import Rank
 
         self._worlds += 1
         spec = RankSpec(

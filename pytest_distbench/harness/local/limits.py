@@ -25,8 +25,8 @@ import pytest
 
 from ... import units
 from ...settings import PARAMETRIZING, SETTINGS, Settings
-from ..outcome import WORLD_SIZE_ARG
-from ..pressure import memory_available
+from ..controller.outcome import WORLD_SIZE_ARG
+from ..ranks.pressure import memory_available
 
 MIB = 1 << 20
 # What one rank may come to hold. A freshly forked idle rank shares its ~150 MiB of anonymous

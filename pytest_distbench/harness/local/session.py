@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import pytest
 
 from ...settings import Settings
-from ..live import LivePrinter
-from ..outcome import judge, prepare
-from ..session import Session
+from ..controller.live import LivePrinter
+from ..controller.outcome import judge, prepare
+from ..controller.session import Session
 from ..wire import RunTest
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .netns import PrivateNetwork

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from .. import rank as rank_module
-from ..leftovers import is_running, proc_stat
-from ..outcome import RunResult, describe_exit, prefix_output
+from ..controller.outcome import RunResult, describe_exit, prefix_output
+from ..ranks import loop as rank_module
+from ..ranks.leftovers import is_running, proc_stat
 from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome, WorldKey
 from .loopback import rank_listen_env
 
-PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.rank",
-           "pytest_distbench.harness.measure", "pytest_distbench.harness.local.forkserver_exit"]
+PRELOAD = ["torch", "torch.distributed", "pytest", "pytest_distbench.harness.ranks.loop",
+           "pytest_distbench.harness.ranks.measure",
+           "pytest_distbench.harness.local.forkserver_exit"]
 # After one rank fails, how long the others get to finish before they are released (killed).
 FAILURE_GRACE_S = 2.0
 STACK_DUMP_WAIT_S = 5.0

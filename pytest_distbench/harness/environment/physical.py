@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..results.sanity import MachineBounds
+from ...results.sanity import MachineBounds
 
 # In cache and well out of it: the faster of the two bounds every host transfer. The small
 # copy is repeated many times (a few ms in all): on a loaded machine any one copy may be

@@ -20,9 +20,9 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 from . import leftovers
 from .threads import intra_op_threads
-from .wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome
 
 _PR_SET_PDEATHSIG = 1
 STACK_DUMP_SIGNAL = signal.SIGUSR1
@@ -160,7 +160,7 @@ class Rank:
         self.on_progress: Any = None
 
     def info(self) -> dict[str, Any]:
-        from ..results.document.environment import rank_environment
+        from ...results.document.environment import rank_environment
 
         return rank_environment(self.spec.backend, self.device)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ..settings import Settings
+from ...settings import Settings
 
 
 class Session:

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..units import format_size
-from .wire import PressureSettings
+from ...units import format_size
+from ..wire import PressureSettings
 
 # One busy call lasts about this long: long enough that a busy thread asks for the GIL only
 # ~100 times a second, short enough that stop() returns promptly.

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from ..registry import completed_figures
-from ..results import sanity
-from ..results.document.schema import RecordError, check_record
-from ..results.statistics import interval, stats
-from ..settings import Settings
-from . import options
-from .physical import machine_bounds, refined_bounds
-from .pressure import memory_problem
-from .wire import (
+from ...registry import completed_figures
+from ...results import sanity
+from ...results.document.schema import RecordError, check_record
+from ...results.statistics import interval, stats
+from ...settings import Settings
+from .. import options
+from ..environment.physical import machine_bounds, refined_bounds
+from ..ranks.pressure import memory_problem
+from ..wire import (
     RANK_FIXTURES,
     Measurement,
     MeasureSettings,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ..p2p.harness import Endpoint, make_endpoint, measure_messages
+from ..p2p.common import Endpoint, make_endpoint, measure_messages
 from ..p2p.rates import rounds_per_iteration
 from ..transports import make_transport
 from ..transports.base import Transport

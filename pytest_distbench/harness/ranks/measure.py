@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ..results.statistics.interval import NORMAL_975, block_means, median_ranks
+from ...results.statistics.interval import NORMAL_975, block_means, median_ranks
+from ..wire import Measurement, MeasureSettings, Progress
 from . import cuda_timing, rss
-from .live import Reporter, messages_per_iteration
 from .pressure import Pressure, PressureError
-from .wire import Measurement, MeasureSettings, Progress
+from .progress import Reporter, messages_per_iteration
 
 # Duration-bound runs agree on when to stop once per chunk of iterations lasting about this
 # long (docs/duration-and-pressure.md): it bounds how far past the duration a run goes.
@@ -293,7 +293,7 @@ class Distbench:
 
     def _batch_timer(self, fn: Callable[[], Any], *,
                      graph: bool) -> tuple[Callable[[], float], float, int]:
-        """CUDA batch timing (harness/cuda_timing.py): the timer of one batch, the seconds a
+        """CUDA batch timing (harness/ranks/cuda_timing.py): the timer of one batch, the seconds a
         batch takes (every rank agreeing, the slowest's), and the iterations per batch."""
         s = self._settings
         cuda = self._cuda
