@@ -1,4 +1,4 @@
-"""Point-to-point benchmarks in the OSU style: one shared harness (harness.py), one small file
+"""Point-to-point benchmarks in the OSU style: one shared harness (common.py), one small file
 per member (latency, bandwidth, bibw, message_rate_pairs).
 
 Kept free of imports: ``family.py`` (settings, table, plots) is read before torch is loaded.
