@@ -11,6 +11,11 @@ from __future__ import annotations
 from ... import units
 from ...registry import Setting
 
+# An iteration carries at most this many payload bytes (as p2p caps a window): 1024 messages
+# of 64 MiB would be 64 GiB per iteration, minutes per point, for no new information. Here,
+# torch-free, so the table's note states the cap the run used.
+ITERATION_BYTES_CAP = 256 << 20
+
 _TRUE = ("true", "yes", "1", "on", "t", "y")
 _FALSE = ("false", "no", "0", "off", "f", "n")
 

@@ -15,6 +15,7 @@ from ... import units
 from ...results.rendering import ci, fit
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
+from .options import ITERATION_BYTES_CAP
 
 _SEED_LABELS = {
     "agent_latency_s": "agent latency",
@@ -66,7 +67,7 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
             # The note explains a row of this table, in its own figures.
             capped = capped or (f"; '{credits}': {f['credits_requested']} requested, "
                                 f"{f['credits']} ran in flight (an iteration carries at most "
-                                "256 MiB)")
+                                f"{units.format_size(ITERATION_BYTES_CAP)})")
         rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
                      ci.with_pct(units.figure_cell(f.get("msgs_per_s")), ci.rate_pct(r), r),

@@ -17,13 +17,11 @@ from typing import Any
 import torch.distributed.rpc as rpc
 
 from .common import PEER, drive, payload, require_pair, sink
+from .options import ITERATION_BYTES_CAP
 
 FAMILY = "rpc_throughput"
 MESSAGES_PER_CREDIT = 4
 MIN_MESSAGES = 32
-# An iteration carries at most this many payload bytes (as p2p caps a window): 1024 messages
-# of 64 MiB would be 64 GiB per iteration, minutes per point, for no new information.
-ITERATION_BYTES_CAP = 256 << 20
 
 
 def messages_per_iteration(credits: int, nbytes: int = 0) -> int:
