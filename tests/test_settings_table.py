@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -14,6 +15,7 @@ from pytest_distbench import settings
 from pytest_distbench.harness import options
 from pytest_distbench.harness.wire import MeasureSettings, PressureSettings, from_settings
 
+ROOT = Path(__file__).resolve().parent.parent
 BENCH = """
 import time, pytest
 
@@ -112,3 +114,14 @@ def test_session_options_come_from_the_ini_file_too(pytester, distbench_run):
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.assert_outcomes(passed=1)
     assert json.loads((pytester.path / "run.json").read_text())["benchmarks"]
+
+
+def test_the_user_guide_lists_every_core_option_with_its_ini_key():
+    """docs/user-guide.md's options table: each row not a family's, with its ini key."""
+    rows = [line for line in (ROOT / "docs" / "user-guide.md").read_text().splitlines()
+            if line.startswith("| ")]
+    missing = [s.ini for s in (*settings.SESSION_SETTINGS, *settings.CORE_SETTINGS,
+                               *options.SETTINGS)
+               if not any(f"`{s.ini}`" in row and (s.option is None or f"`{s.option}" in row)
+                          for row in rows)]
+    assert not missing
