@@ -320,15 +320,8 @@ def of_session(config: pytest.Config) -> Any:
 
 
 def _narrow(setting: Setting, marker_value: Any, cli_text: str, where: str) -> list[Any]:
-    try:
-        supported = setting.parse(_as_text(marker_value))
-    except ValueError as exc:
-        raise pytest.UsageError(
-            f"@pytest.mark.distbench({setting.name}=...){where}: {exc}") from None
-    try:
-        wanted = setting.parse(cli_text)
-    except ValueError as exc:
-        raise pytest.UsageError(f"{setting.option}: {exc}") from None
+    supported = _parsed(setting, _as_text(marker_value), _source(setting, "marker", where))
+    wanted = _parsed(setting, cli_text, _source(setting, "option", where))
     narrowed = [v for v in wanted if v in supported]
     if not narrowed and setting.name == "world_size":
         # A test made for fewer ranks (a pair) runs at its own size inside a larger request:
