@@ -197,21 +197,24 @@ _WORLDS_AND_BASELINES = (
             "with --distbench-save: add this run to the stored baseline's history (the last "
             "10 runs are kept)"),
 )
-SESSION_SETTINGS = _RUN_AND_OUTPUTS + _WORLDS_AND_BASELINES
 
 
 def all_settings() -> tuple[Setting, ...]:
-    """A test's settings: the core ones, the harness's own (duration, pressure), then each
-    family's."""
-    return CORE_SETTINGS + harness_options.SETTINGS + registry.family_settings()
+    """Every row, in --help's order: what to run and write, the core settings of a test, the
+    harness's own (duration, pressure), each family's, then where worlds run and the
+    baselines."""
+    return (_RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS
+            + registry.family_settings() + _WORLDS_AND_BASELINES)
 
 
-SETTINGS = all_settings()
-# Every row, in --help's order: one option (or none) and one ini key each.
-TABLE = _RUN_AND_OUTPUTS + SETTINGS + _WORLDS_AND_BASELINES
+TABLE = all_settings()  # one option (or none) and one ini key each
 BY_NAME = {s.name: s for s in TABLE}
 if len(BY_NAME) != len(TABLE):
     raise RuntimeError("two distbench settings share a name")
+if any(s.scope not in ("test", "session") for s in TABLE):
+    raise RuntimeError("a distbench setting's scope is 'test' or 'session'")
+SETTINGS = tuple(s for s in TABLE if s.scope == "test")
+SESSION_SETTINGS = tuple(s for s in TABLE if s.scope == "session")
 _TEST_NAMES = tuple(s.name for s in SETTINGS)
 _SESSION_NAMES = tuple(s.name for s in SESSION_SETTINGS)
 
