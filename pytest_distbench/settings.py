@@ -226,7 +226,7 @@ SessionSettings = make_dataclass("SessionSettings", [(s.name, Any) for s in SESS
 SessionSettings.__doc__ = "Every session-wide setting, resolved once at configure time."
 PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
 
-SESSION_KEY = pytest.StashKey[Any]()  # SessionSettings
+SESSION_SETTINGS_KEY = pytest.StashKey[Any]()  # SessionSettings
 RUN_KEY = pytest.StashKey[Any]()  # Settings of a test no marker changes: the run's
 # Resolved settings per distbench marker object (None: no marker), with the marker held so its
 # id cannot be reused: every parametrized item of one function shares its marker objects, and
@@ -314,12 +314,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for s in SESSION_SETTINGS:
         text, origin = choose(config, s)
         values[s.name] = _parsed(s, text, _source(s, origin, ""))
-    config.stash[SESSION_KEY] = SessionSettings(**values)
+    config.stash[SESSION_SETTINGS_KEY] = SessionSettings(**values)
 
 
 def of_session(config: pytest.Config) -> Any:
     """The session's settings (SessionSettings), as pytest_configure resolved them."""
-    return config.stash[SESSION_KEY]
+    return config.stash[SESSION_SETTINGS_KEY]
 
 
 def _narrow(setting: Setting, marker_value: Any, cli_text: str, where: str) -> list[Any]:
