@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_distbench.settings import of_session
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if (
-        config.getoption("distbench", False)
+        of_session(config).run
         and config.args_source == pytest.Config.ArgsSource.TESTPATHS
     ):
         config.args[:] = [arg for arg in config.args if arg != "tests"]

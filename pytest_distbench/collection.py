@@ -24,30 +24,6 @@ from .harness.controller.outcome import (
 __all__ = ["BACKEND_ARG", "WORLD_SIZE_ARG", "is_distbench", "uses_rpc", "uses_store"]
 
 REQUESTED_KEY = pytest.StashKey[list[int]]()
-# Resolved settings per distbench marker object (None: no marker), with the marker held so its
-# id cannot be reused: every parametrized item of one function shares its marker objects, and
-# resolving (every setting through its parser) once per test was a fifth of a launched rank's
-# per-test Python work. Only successes are kept: a bad value fails every test it reaches.
-SETTINGS_CACHE_KEY = pytest.StashKey[dict[int, tuple[Any, settings_module.Settings]]]()
-
-
-def marker_settings(config: pytest.Config, definition: Any) -> settings_module.Settings:
-    """The test's settings (marker > CLI > ini > default); a bad value fails the test."""
-    marker = definition.get_closest_marker("distbench")
-    cache = config.stash.setdefault(SETTINGS_CACHE_KEY, {})
-    cached = cache.get(id(marker))
-    if cached is not None and cached[0] is marker:
-        return cached[1]
-    try:
-        # `where` only names the test in error messages: a success holds for every test with
-        # this marker (the run's defaults are fixed at configure time, before any test).
-        resolved = settings_module.resolve(
-            config, marker.kwargs if marker else {}, where=f" on {definition.name}"
-        )
-    except pytest.UsageError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    cache[id(marker)] = (marker, resolved)
-    return resolved
 
 
 def _user_parametrizes(definition: Any, name: str) -> bool:
@@ -62,7 +38,7 @@ def _user_parametrizes(definition: Any, name: str) -> bool:
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
     """World size, backend and every parametrizing setting, as parameters of the test."""
-    resolved = marker_settings(metafunc.config, metafunc.definition)
+    resolved = settings_module.of_test(metafunc.config, metafunc.definition)
     # The world coordinates are parameters, not fixtures the body asks for: add them to the
     # closure so pytest accepts the direct parametrization and puts them in the test id.
     for name in (BACKEND_ARG, WORLD_SIZE_ARG):
@@ -146,5 +122,5 @@ def _effective_nbytes(config: pytest.Config, item: pytest.Item) -> int | None:
     world_size = callspec.params.get(WORLD_SIZE_ARG)
     if world_size is None:
         return None
-    dtype = marker_settings(config, item).dtype
+    dtype = settings_module.of_test(config, item).dtype
     return hook(item.originalname, callspec.params["nbytes"], world_size, dtype)

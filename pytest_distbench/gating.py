@@ -1,6 +1,6 @@
-"""Every baseline option, resolved here: the stored baseline (save, overwrite, append,
-compare, strict) and the live one (A/B mode). A pytest plugin of its own (plugin.py loads it
-through pytest_plugins).
+"""Every baseline option, checked here: the stored baseline (save, overwrite, append,
+compare, strict) and the live one (A/B mode); their rows are in settings.py's table. A pytest
+plugin of its own (plugin.py loads it through pytest_plugins).
 
 The options are checked before any test runs; the per-test work is in harness/ab/ (A/B
 rounds), results/comparison/gate.py (a stored baseline's verdicts) and
@@ -19,38 +19,13 @@ from typing import Any
 
 import pytest
 
+from .settings import RUN_DEFAULTS, of_run, of_session
+
 AB_KEY = pytest.StashKey[Any]()
 GATE_KEY = pytest.StashKey[Any]()  # results.comparison.gate.Gate of --distbench-compare
 SAVE_PATH_KEY = pytest.StashKey[Path]()
 WARNINGS_KEY = pytest.StashKey[list[str]]()
 MIN_ROUNDS = 2
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
-    group.addoption("--distbench-save", metavar="NAME", default=None,
-                    help="store this run as the baseline NAME (baselines/NAME.json)")
-    group.addoption("--distbench-overwrite", action="store_true", default=False,
-                    help="allow --distbench-save to replace an existing baseline")
-    group.addoption("--distbench-compare", metavar="NAME|PATH", default=None,
-                    help="compare against a baseline; each real regression fails its test")
-    group.addoption("--distbench-strict", action="store_true", default=False,
-                    help="with --distbench-compare: a different environment is an error")
-    parser.addini("distbench_baseline_dir", default="baselines",
-                  help="directory of named baselines, relative to the rootdir")
-    group.addoption("--distbench-baseline-env", metavar="K=V ...", default=None,
-                    help="A/B mode: a live baseline in this session whose ranks get these "
-                         "environment variables (space separated K=V, shell quoting); the "
-                         "candidate is this run as is")
-    group.addoption("--distbench-baseline-python", metavar="PATH", default=None,
-                    help="A/B mode: a live baseline whose ranks run under this Python "
-                         "interpreter (another environment's torch or library)")
-    group.addoption("--distbench-rounds", metavar="N", default=None,
-                    help="A/B mode: interleaved rounds per benchmark (default: "
-                         "see docs/gating.md)")
-    group.addoption("--distbench-append", action="store_true", default=False,
-                    help="with --distbench-save: add this run to the stored baseline's history "
-                         "(the last 10 runs are kept)")
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -88,10 +63,9 @@ def parse_rounds(text: str | None) -> int:
 
 @pytest.hookimpl(tryfirst=True)  # a bad option must stop the run before anything else starts
 def pytest_configure(config: pytest.Config) -> None:
-    env_text = config.getoption("distbench_baseline_env")
-    python = config.getoption("distbench_baseline_python")
-    rounds_text = config.getoption("distbench_rounds")
-    if config.getoption("distbench_append") and not config.getoption("distbench_save"):
+    options = of_session(config)
+    env_text, python, rounds_text = options.baseline_env, options.baseline_python, options.rounds
+    if options.append and not options.save:
         raise pytest.UsageError("--distbench-append: needs --distbench-save=NAME (the baseline "
                                 "to add this run to)")
     if env_text is None and python is None:
@@ -107,11 +81,11 @@ def pytest_configure(config: pytest.Config) -> None:
         rounds = parse_rounds(rounds_text)
     except ValueError as exc:
         raise pytest.UsageError(f"--distbench-rounds: {exc}") from None
-    if config.getoption("distbench_compare"):
+    if options.compare:
         raise pytest.UsageError("--distbench-compare: cannot be combined with A/B mode "
                                 "(--distbench-baseline-env/--distbench-baseline-python): one "
                                 "baseline per run")
-    if not config.getoption("distbench"):
+    if not options.run:
         return
     from .harness.ab.mode import ABMode
     from .harness.ab.variants import BaselinePythonError, check_interpreter
@@ -124,7 +98,6 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--distbench-baseline-python: {exc}") from None
     config.stash[AB_KEY] = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
     from .harness.ab.mode import RUN_BUDGET
-    from .settings import RUN_DEFAULTS
 
     # Many short paired runs see more than a few long ones (docs/gating.md); a budget the
     # user gives (command line, ini, marker) still wins.
@@ -148,26 +121,26 @@ def configure(config: pytest.Config, launch: Any, reports: bool) -> None:
 def _configure_stored(config: pytest.Config) -> None:
     from .results import document as storage
 
-    baseline_dir = config.rootpath / config.getini("distbench_baseline_dir")
-    save = config.getoption("distbench_save")
+    options = of_session(config)
+    baseline_dir = config.rootpath / options.baseline_dir
+    save = options.save
     if save:
         try:
             path = storage.resolve_baseline(save, baseline_dir)
         except ValueError as exc:
             raise pytest.UsageError(f"--distbench-save: {exc}") from None
-        if (path.exists() and not config.getoption("distbench_overwrite")
-                and not config.getoption("distbench_append")):
+        if path.exists() and not options.overwrite and not options.append:
             raise pytest.UsageError(
                 f"--distbench-save: baseline {path} already exists; pass --distbench-overwrite "
                 "to replace it"
             )
         config.stash[SAVE_PATH_KEY] = path
-    compare = config.getoption("distbench_compare")
+    compare = options.compare
     if compare:
         from .results.comparison.gate import Gate
         from .results.document.environment import controller_environment
 
-        gate = Gate.load(compare, baseline_dir, config.getoption("distbench_strict"))
+        gate = Gate.load(compare, baseline_dir, options.strict)
         differences = gate.environment_differences(controller_environment())
         if differences and gate.strict:
             raise pytest.UsageError(
@@ -220,9 +193,8 @@ def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
     if gate is None:
         return None
     from .results.comparison.verdict import speed_difference
-    from .settings import resolve
 
-    session.comparison = gate.comparison(document, resolve(config).threshold)
+    session.comparison = gate.comparison(document, of_run(config).threshold)
     speed = speed_difference(gate.document["distbench"]["environment"],
                              document["distbench"]["environment"])
     if speed:
@@ -255,9 +227,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
              f"live baseline: {mode.description}",
              f"distbench A/B: each round runs each variant once, for --distbench-budget of "
              f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
-    from .settings import resolve
-
-    if resolve(config).bind == "auto":
+    if of_run(config).bind == "auto":
         lines.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
                      "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
     return lines

@@ -19,39 +19,21 @@ import pytest
 from . import gating
 from .harness.controller.session import Session
 from .harness.environment.physical import measured_bounds
+from .settings import BY_NAME, of_session
 
 HEADLINE_KEY = pytest.StashKey[str]()
-_FILE_OPTIONS = ("distbench_json", "distbench_markdown", "distbench_plot")  # and the baseline
-
-
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
-
-
-def add_options(group: Any) -> None:
-    group.addoption("--distbench-json", metavar="PATH", default=None,
-                    help="write every benchmark's parameters, environment, summaries and raw "
-                         "samples to PATH (atomic write)")
-    group.addoption("--distbench-plot", metavar="DIR", default=None,
-                    help="at the end of the session write one PNG plot per family and sweep "
-                         "to DIR (needs matplotlib: pip install 'pytest-distbench[plot]')")
-    group.addoption("--distbench-markdown", metavar="PATH", default=None,
-                    help="append the result tables (and the comparison) as GitHub markdown "
-                         "to PATH, e.g. \"$GITHUB_STEP_SUMMARY\"")
-    group.addoption("--distbench-gpu-memory", action="store_true", default=False,
-                    help="show each rank's peak GPU memory (allocated and reserved by the "
-                         "caching allocator) beside its peak RSS in the result tables; every "
-                         "CUDA record stores them either way")
+_FILE_OPTIONS = ("json", "markdown", "plot")  # settings that name a file (and the baseline)
 
 
 def configure(config: pytest.Config) -> None:
     """Refuse a plot request without matplotlib, or an output path no file can have, now, not
     after an hour of benchmarks."""
+    options = of_session(config)
     for name in _FILE_OPTIONS:
-        check_output_path(_flag(name), config.getoption(name),
-                          directory=name == "distbench_plot")
+        check_output_path(BY_NAME[name].option, getattr(options, name),
+                          directory=name == "plot")
     check_output_path("--distbench-save", gating.save_path(config))
-    if config.getoption("distbench_plot"):
+    if options.plot:
         from .results.rendering.plot import MISSING_MATPLOTLIB, matplotlib_available
 
         if not matplotlib_available():
@@ -168,23 +150,23 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
         environment["machine_bounds"] = bounds.as_dict()
     environment.update(distbench.environment_facts())  # launcher, hosts, xdist workers
     document = storage.make_document(distbench.records, environment, list(sys.argv))
-    json_path = config.getoption("distbench_json")
+    options = of_session(config)
+    json_path = options.json
     if json_path:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
     save_path = gating.save_path(config)
-    if save_path is not None and config.getoption("distbench_append"):
+    if save_path is not None and options.append:
         _append(distbench, document, save_path)
     elif save_path is not None:
-        _write(distbench, document, save_path, overwrite=config.getoption("distbench_overwrite"),
+        _write(distbench, document, save_path, overwrite=options.overwrite,
                what="baseline")
     gate_document = gating.compare_run(config, distbench, document)
-    plot_dir = config.getoption("distbench_plot")
+    plot_dir = options.plot
     if plot_dir:
         _write_plots(distbench, document, Path(plot_dir), gate_document)
-    markdown_path = config.getoption("distbench_markdown")
+    markdown_path = options.markdown
     if markdown_path:
-        _write_markdown(distbench, document, Path(markdown_path),
-                        memory=config.getoption("distbench_gpu_memory"))
+        _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory)
     return not distbench.output_errors
 
 
@@ -193,11 +175,11 @@ def nothing_measured(config: pytest.Config, distbench: Session) -> bool:
     (an empty results file or baseline would pass for a run that measured something)."""
     if not distbench.reports:
         return True
-    save_path = gating.save_path(config)
-    asked = [f"{_flag(name)}={config.getoption(name)}" for name in _FILE_OPTIONS
-             if config.getoption(name)]
+    save_path, options = gating.save_path(config), of_session(config)
+    asked = [f"{BY_NAME[name].option}={getattr(options, name)}" for name in _FILE_OPTIONS
+             if getattr(options, name)]
     if save_path is not None:
-        asked.append(f"--distbench-save={config.getoption('distbench_save')} ({save_path})")
+        asked.append(f"--distbench-save={options.save} ({save_path})")
     if asked:
         _failed(distbench, f"nothing was measured (every distbench test was skipped, failed or "
                            f"deselected), so no requested output was written: {', '.join(asked)}")
@@ -235,7 +217,7 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         write_lines(tr, LEGEND)
         tr.line("")
         tr.line(render_tables(distbench.records,
-                              memory=config.getoption("distbench_gpu_memory"),
+                              memory=of_session(config).gpu_memory,
                               details=config.get_verbosity() >= 1))
     if distbench.world_starts:
         tr.line("")
@@ -266,8 +248,7 @@ def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:
     from .results.rendering.fit import wrap
 
     lines = family_lines(distbench.records)
-    json_path, markdown_path = (config.getoption("distbench_json"),
-                                config.getoption("distbench_markdown"))
+    json_path, markdown_path = of_session(config).json, of_session(config).markdown
     where = ["the full tables above"]
     where.append(f"every sample in {json_path}" if json_path
                  else "every sample: --distbench-json=PATH")

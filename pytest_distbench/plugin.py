@@ -21,17 +21,10 @@ from .harness.local import limits
 from .harness.wire import RANK_FIXTURES
 
 SKIP_REASON = "distbench benchmark: run with --distbench"
-# A/B mode and baseline options (checks, their summary) live in their own plugin module.
-pytest_plugins = ["pytest_distbench.gating"]
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
-    group.addoption("--distbench", action="store_true", default=False,
-                    help="run distbench benchmarks (without it they are skipped)")
-    outputs.add_options(group)
-    limits.add_options(group)
-    settings_module.add_options(parser)
+# A/B mode and baseline options (checks, their summary) live in their own plugin module;
+# settings.py adds every option and resolves the session's settings. Registered last, its
+# tryfirst pytest_configure runs before gating's (pluggy calls later registrations first).
+pytest_plugins = ["pytest_distbench.gating", "pytest_distbench.settings"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,13 +39,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "distbench_rpc: the test uses torch.distributed.rpc (the RPC environment checks run; "
         "tests that request rpc_agent need no marker)",
     )
-    if not config.getoption("distbench"):
+    options = settings_module.of_session(config)
+    if not options.run:
         return
     from .harness.launcher import plugin as launcher_plugin
     from .harness.xdist import mode as xdist
 
     launch = launcher_plugin.configure(config)  # None in local mode
-    resolved = settings_module.resolve(config)  # a bad option stops the run here, naming it
+    resolved = settings_module.resolve_run(config)  # a bad option stops the run here
     if launch is None:
         limits.check_request(config, resolved)  # a world too large for this machine, too
     reports = launch is None or launch.rank == 0  # in launcher mode rank 0 alone reports
@@ -69,14 +63,14 @@ def pytest_configure(config: pytest.Config) -> None:
         from .harness.local.session import LocalSession
 
         try:
-            session: Any = LocalSession(force=limits.forced(config),
-                                        private_network=resolved.private_network)
+            session: Any = LocalSession(force=options.force,
+                                        private_network=options.private_network)
         except NamespaceUnavailable as exc:
             raise pytest.UsageError(f"--distbench-private-network: this machine does not "
                                     f"allow a private network namespace: {exc}") from None
         session.interrupt_on_sigterm()
     else:
-        if resolved.private_network:
+        if options.private_network:
             raise pytest.UsageError("--distbench-private-network: applies to local worlds; "
                                     f"the ranks of this run were started by {launch.launcher}")
         session = launcher_plugin.start(config, launch, outputs.after_test)
@@ -100,14 +94,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.config.getoption("distbench") and collection.is_distbench(metafunc.definition):
+    if (settings_module.of_session(metafunc.config).run
+            and collection.is_distbench(metafunc.definition)):
         collection.parametrize(metafunc)
 
 
 # trylast: merge equal sizes among the items that -k/-m left, never drop the one they kept.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("distbench"):
+    if settings_module.of_session(config).run:
         note = collection.merge_equal_sizes(config, items)
         if note:  # no file named in it: it may wrap (outputs keeps the lines that name one)
             from .results.rendering.fit import wrap
@@ -135,7 +130,7 @@ def pytest_report_header(config: pytest.Config) -> Any:
     if not distbench.external:
         from .results.rendering.fit import wrap
 
-        lines = distbench.announce_oversubscription(settings_module.resolve(config).world_size)
+        lines = distbench.announce_oversubscription(settings_module.of_run(config).world_size)
         # Last in the list: pytest writes the hooks' lines in reverse, so it comes first.
         headers.append([part for line in lines for part in wrap(line)])
     return headers
@@ -176,7 +171,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from .harness.environment import pitfalls
 
     checks = pitfalls.run_checks(gpu_visible=torch.cuda.device_count() > 0,
-                                 sizes=settings_module.resolve(session.config).tensor_size)
+                                 sizes=settings_module.of_run(session.config).tensor_size)
     distbench.rpc_checks = checks
     distbench.rank_env.update(pitfalls.rank_env(checks))
     if reporter is None:
@@ -214,7 +209,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
     params = pyfuncitem.callspec.params
     backend = params[collection.BACKEND_ARG]
-    resolved = collection.marker_settings(pyfuncitem.config, pyfuncitem)
+    resolved = settings_module.of_test(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
     ab_mode = gating.ab_mode(pyfuncitem.config)
     # Under a launcher, placing ranks is the launcher's job (docs/launchers.md).

@@ -33,17 +33,25 @@ FigureDeriver = Callable[[Record], dict[str, Any]]  # a finished record -> figur
 
 @dataclass(frozen=True)
 class Setting:
-    name: str  # attribute of Settings and keyword of the marker
-    option: str  # command line flag
-    default: str
+    """One row of the settings table: its command line option, its ini key
+    (distbench_<name>) and how its text is read. settings.py adds and resolves every row."""
+
+    name: str  # attribute of Settings (or SessionSettings) and keyword of the marker
+    option: str | None  # command line flag; None: an ini key only
+    default: str | None  # None: unset unless given (a path no one asked for)
     parse: Callable[[str], Any]
     help: str
     # A list setting that parametrizes every distbench test taking this argument (as
     # --tensor-size does `nbytes`), unless the test parametrizes it itself.
     param: str | None = None
     param_id: Callable[[Any], str] = str
-    # A switch: the option may be given without a value (--distbench-touch-once).
+    # A switch: the option alone means true and takes no value, so it never swallows the
+    # argument after it (a test path); the ini key says true or false.
     flag: bool = False
+    # "test": marker > CLI > ini > default, per test (Settings); "session": CLI > ini >
+    # default, once per session (SessionSettings), never in a marker.
+    scope: str = "test"
+    metavar: str = "VALUE"
 
     @property
     def ini(self) -> str:

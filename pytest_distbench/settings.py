@@ -1,4 +1,14 @@
-"""Every distbench setting, and the one place that resolves marker > CLI > ini > default."""
+"""Every distbench setting, one table: each row's option and ini key, and the one rule that
+resolves them (marker > CLI > ini > default).
+
+A row's scope says when it is resolved: a test's settings (`Settings`) per distinct marker,
+a session's (`SessionSettings`: the launch mode, outputs, baselines) once, by this module's
+pytest_configure, before any other distbench hook reads them. The rows are this module's, the
+harness's own (harness/options.py, beside the code that uses them) and every family's
+(registry.py).
+
+PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a plugin.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,8 @@ from typing import Any
 import pytest
 
 from . import registry, units
+from .harness import options as harness_options
+from .harness.options import parse_bool
 from .registry import Setting
 from .units import MAX_DURATION_S, parse_bounded_duration, parse_count
 
@@ -106,53 +118,141 @@ CORE_SETTINGS = (
             "per-test timeout: a rank that has not answered by then is reported as hung"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
             "smallest slowdown that counts as a regression, e.g. 5%"),
-    Setting("private_network", "--distbench-private-network", "false",
-            lambda t: _harness_options().parse_bool(t),
+)
+
+LAUNCHER_MODES = ("auto", "local", "env")
+
+
+def _launcher_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in LAUNCHER_MODES:
+        raise ValueError(f"unknown launcher mode {text!r}: expected one of "
+                         f"{', '.join(LAUNCHER_MODES)}")
+    return mode
+
+
+def _session(name: str, option: str | None, default: str | None, parse: Any, help: str,
+             **kwargs: Any) -> Setting:
+    return Setting(name, option, default, parse, help, scope="session", **kwargs)
+
+
+def _switch(name: str, option: str, help: str) -> Setting:
+    return _session(name, option, "false", parse_bool, help, flag=True)
+
+
+# What holds for a whole session, never for one test: a marker may not name them. gating.py
+# checks the baseline options' combinations (and reads --distbench-rounds and
+# --distbench-baseline-env, whose errors depend on them). --help lists what to run and write,
+# then every test's settings, then where worlds run and the baselines.
+_RUN_AND_OUTPUTS = (
+    _switch("run", "--distbench", "run distbench benchmarks (without it they are skipped)"),
+    _session("json", "--distbench-json", None, str,
+             "write every benchmark's parameters, environment, summaries and raw samples to "
+             "PATH (atomic write)", metavar="PATH"),
+    _session("plot", "--distbench-plot", None, str,
+             "at the end of the session write one PNG plot per family and sweep to DIR "
+             "(needs matplotlib: pip install 'pytest-distbench[plot]')", metavar="DIR"),
+    _session("markdown", "--distbench-markdown", None, str,
+             "append the result tables (and the comparison) as GitHub markdown to PATH, e.g. "
+             "\"$GITHUB_STEP_SUMMARY\"", metavar="PATH"),
+    _switch("gpu_memory", "--distbench-gpu-memory",
+            "show each rank's peak GPU memory (allocated and reserved by the caching "
+            "allocator) beside its peak RSS in the result tables; every CUDA record stores "
+            "them either way"),
+    _switch("force", "--distbench-force",
+            "start worlds even when their ranks or buffers look too large for this machine's "
+            "memory, task or open-file limits"),
+)
+_WORLDS_AND_BASELINES = (
+    _switch("private_network", "--distbench-private-network",
             "run local worlds (their store, ranks and forkserver) in a network namespace of "
             "their own, unreachable by other local users; needs CAP_SYS_ADMIN "
-            "(docs/failure-model.md, \"Local users\")", flag=True),
+            "(docs/failure-model.md, \"Local users\")"),
+    _session("launcher", "--distbench-launcher", "auto", _launcher_mode,
+             "auto: run as one rank of the world torchrun, srun or mpirun started, when their "
+             "environment says so, else start worlds here (local); local or env force one",
+             metavar="MODE"),
+    _session("save", "--distbench-save", None, str,
+             "store this run as the baseline NAME (baselines/NAME.json)", metavar="NAME"),
+    _switch("overwrite", "--distbench-overwrite",
+            "allow --distbench-save to replace an existing baseline"),
+    _session("compare", "--distbench-compare", None, str,
+             "compare against a baseline; each real regression fails its test",
+             metavar="NAME|PATH"),
+    _switch("strict", "--distbench-strict",
+            "with --distbench-compare: a different environment is an error"),
+    _session("baseline_dir", None, "baselines", str,
+             "directory of named baselines, relative to the rootdir"),
+    _session("baseline_env", "--distbench-baseline-env", None, str,
+             "A/B mode: a live baseline in this session whose ranks get these environment "
+             "variables (space separated K=V, shell quoting); the candidate is this run as is",
+             metavar="K=V ..."),
+    _session("baseline_python", "--distbench-baseline-python", None, str,
+             "A/B mode: a live baseline whose ranks run under this Python interpreter "
+             "(another environment's torch or library)", metavar="PATH"),
+    _session("rounds", "--distbench-rounds", None, str,
+             "A/B mode: interleaved rounds per benchmark (default: see docs/gating.md)",
+             metavar="N"),
+    _switch("append", "--distbench-append",
+            "with --distbench-save: add this run to the stored baseline's history (the last "
+            "10 runs are kept)"),
 )
-# What holds for a whole session, never for one test: a marker may not name them.
-SESSION_WIDE = ("private_network",)
-
-
-def _harness_options() -> Any:
-    # Lazy: harness/options.py builds its settings from this module's Setting and parse_count.
-    from .harness import options
-
-    return options
 
 
 def all_settings() -> tuple[Setting, ...]:
-    """The core settings, the harness's own (duration, pressure), then each family's."""
-    return CORE_SETTINGS + _harness_options().SETTINGS + registry.family_settings()
+    """Every row, in --help's order: what to run and write, the core settings of a test, the
+    harness's own (duration, pressure), each family's, then where worlds run and the
+    baselines."""
+    return (_RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS
+            + registry.family_settings() + _WORLDS_AND_BASELINES)
 
 
-SETTINGS = all_settings()
-_BY_NAME = {s.name: s for s in SETTINGS}
-if len(_BY_NAME) != len(SETTINGS):
+TABLE = all_settings()  # one option (or none) and one ini key each
+BY_NAME = {s.name: s for s in TABLE}
+if len(BY_NAME) != len(TABLE):
     raise RuntimeError("two distbench settings share a name")
+if any(s.scope not in ("test", "session") for s in TABLE):
+    raise RuntimeError("a distbench setting's scope is 'test' or 'session'")
+SETTINGS = tuple(s for s in TABLE if s.scope == "test")
+SESSION_SETTINGS = tuple(s for s in TABLE if s.scope == "session")
+_TEST_NAMES = tuple(s.name for s in SETTINGS)
+_SESSION_NAMES = tuple(s.name for s in SESSION_SETTINGS)
 
 # One attribute per setting: world_size, backend, tensor_size, ..., then the families' own.
 Settings = make_dataclass("Settings", [(s.name, Any) for s in SETTINGS], frozen=True)
 Settings.__doc__ = "Every distbench setting of one test, resolved (see resolve)."
+SessionSettings = make_dataclass("SessionSettings", [(s.name, Any) for s in SESSION_SETTINGS],
+                                 frozen=True)
+SessionSettings.__doc__ = "Every session-wide setting, resolved once at configure time."
 PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
 
+SESSION_SETTINGS_KEY = pytest.StashKey[Any]()  # SessionSettings
+RUN_KEY = pytest.StashKey[Any]()  # Settings of a test no marker changes: the run's
+# Resolved settings per distbench marker object (None: no marker), with the marker held so its
+# id cannot be reused: every parametrized item of one function shares its marker objects, and
+# resolving (every setting through its parser) once per test was a fifth of a launched rank's
+# per-test Python work. Only successes are kept: a bad value fails every test it reaches.
+TEST_CACHE_KEY = pytest.StashKey[dict[int, tuple[Any, Any]]]()
 
-def add_options(parser: pytest.Parser) -> None:
+
+def _dest(s: Setting) -> str:
+    return "distbench_" + s.name
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every row's option and ini key: the one place either is added."""
     group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
-    for s in SETTINGS:
-        switch = {"nargs": "?", "const": "true"} if s.flag else {}
-        group.addoption(s.option, dest="distbench_" + s.name, default=None, metavar="VALUE",
-                        # argparse %-formats help texts: "10%" must reach it as "10%%".
-                        help=f"{s.help} (default: {s.default}; ini: {s.ini})".replace("%", "%%"),
-                        **switch)
-        parser.addini(s.ini, help=s.help, default=None)
-    group.addoption("--distbench-launcher", dest="distbench_launcher", default=None,
-                    metavar="MODE", help="auto: run as one rank of the world torchrun, srun or "
-                    "mpirun started, when their environment says so, else start worlds here "
-                    "(local); local or env force one (default: auto; ini: distbench_launcher)")
-    parser.addini("distbench_launcher", help="launch mode: auto, local or env", default=None)
+    for s in TABLE:
+        if s.option is not None:
+            default = "" if s.default is None else f"default: {s.default}; "
+            # A switch takes no value: `--distbench-print-env tests/x.py` must leave the path.
+            kind = ({"action": "store_const", "const": "true"} if s.flag
+                    else {"metavar": s.metavar})
+            group.addoption(s.option, dest=_dest(s), default=None,  # the table's
+                            # argparse %-formats help texts: "10%" must reach it as "10%%".
+                            help=f"{s.help} ({default}ini: {s.ini})".replace("%", "%%"),
+                            **kind)
+        parser.addini(s.ini, help=s.help, default=None)  # the table's
 
 
 def _as_text(value: Any) -> str:
@@ -167,16 +267,64 @@ RUN_DEFAULTS = pytest.StashKey[dict[str, str]]()
 NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
 
+def _given(config: pytest.Config, s: Setting) -> tuple[str | None, str | None]:
+    """What the command line and the ini file say: the one place either is read."""
+    cli = config.getoption(_dest(s), None) if s.option is not None else None
+    ini = config.getini(s.ini)
+    return cli, (None if ini in (None, "", []) else _as_text(ini))
+
+
+def choose(config: pytest.Config, s: Setting, marker: Mapping[str, Any] | None = None,
+           suite_defaults: Mapping[str, Any] | None = None) -> tuple[str | None, str]:
+    """The one precedence rule: the marker, the command line, the ini file, a suite's own
+    defaults, the run's, the row's. (text, where it came from: marker, option, ini, suite or
+    default)."""
+    if marker and s.name in marker:
+        return _as_text(marker[s.name]), "marker"
+    cli, ini = _given(config, s)
+    if cli is not None:
+        return cli, "option"
+    if ini is not None:
+        return ini, "ini"
+    if suite_defaults and s.name in suite_defaults:
+        return _as_text(suite_defaults[s.name]), "suite"
+    return config.stash.get(RUN_DEFAULTS, {}).get(s.name, s.default), "default"
+
+
+def _source(s: Setting, origin: str, where: str) -> str:
+    return {"marker": f"@pytest.mark.distbench({s.name}=...){where}",
+            "option": s.option or s.ini, "ini": f"ini option {s.ini}",
+            "suite": f"@pytest.mark.distbench(defaults={{{s.name!r}: ...}}){where}",
+            }.get(origin, f"default of {s.option or s.ini}")
+
+
+def _parsed(s: Setting, text: str | None, source: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return s.parse(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
+
+
+@pytest.hookimpl(tryfirst=True)  # registered after gating.py, so before its tryfirst hook
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's settings, resolved once; a bad value stops the run here, naming it."""
+    values = {}
+    for s in SESSION_SETTINGS:
+        text, origin = choose(config, s)
+        values[s.name] = _parsed(s, text, _source(s, origin, ""))
+    config.stash[SESSION_SETTINGS_KEY] = SessionSettings(**values)
+
+
+def of_session(config: pytest.Config) -> Any:
+    """The session's settings (SessionSettings), as pytest_configure resolved them."""
+    return config.stash[SESSION_SETTINGS_KEY]
+
+
 def _narrow(setting: Setting, marker_value: Any, cli_text: str, where: str) -> list[Any]:
-    try:
-        supported = setting.parse(_as_text(marker_value))
-    except ValueError as exc:
-        raise pytest.UsageError(
-            f"@pytest.mark.distbench({setting.name}=...){where}: {exc}") from None
-    try:
-        wanted = setting.parse(cli_text)
-    except ValueError as exc:
-        raise pytest.UsageError(f"{setting.option}: {exc}") from None
+    supported = _parsed(setting, _as_text(marker_value), _source(setting, "marker", where))
+    wanted = _parsed(setting, cli_text, _source(setting, "option", where))
     narrowed = [v for v in wanted if v in supported]
     if not narrowed and setting.name == "world_size":
         # A test made for fewer ranks (a pair) runs at its own size inside a larger request:
@@ -193,63 +341,64 @@ def resolve(config: pytest.Config, marker: Mapping[str, Any] | None = None,
     # `defaults={...}`: a suite's own defaults, used where neither the command line nor the
     # ini file says anything (unlike a plain keyword, they never narrow what the user asks).
     suite_defaults = dict(marker.pop("defaults", None) or {})
-    unknown = sorted((set(marker) | set(suite_defaults)) - set(_BY_NAME))
+    named = set(marker) | set(suite_defaults)
+    unknown = sorted(named - set(BY_NAME))
     if unknown:
         raise pytest.UsageError(
             f"@pytest.mark.distbench{where}: unknown argument(s) {', '.join(unknown)}; "
-            f"known: {', '.join(_BY_NAME)}"
+            f"known: {', '.join(_TEST_NAMES)}"
         )
-    session_wide = sorted((set(marker) | set(suite_defaults)) & set(SESSION_WIDE))
+    session_wide = sorted(named & set(_SESSION_NAMES))
     if session_wide:
         raise pytest.UsageError(
             f"@pytest.mark.distbench{where}: {', '.join(session_wide)} holds for the whole "
             "session: give it on the command line or in the ini file")
     values: dict[str, Any] = {}
     for s in SETTINGS:
-        cli = config.getoption("distbench_" + s.name)
-        if s.name in marker and cli is not None and s.name in NARROWABLE:
+        text, origin = choose(config, s, marker, suite_defaults)
+        cli = _given(config, s)[0] if origin == "marker" and s.name in NARROWABLE else None
+        if cli is not None:
             # The marker says what the test supports, the command line what to run now.
             values[s.name] = _narrow(s, marker[s.name], cli, where)
-            continue
-        if s.name in marker:
-            text, source = _as_text(marker[s.name]), f"@pytest.mark.distbench({s.name}=...){where}"
-        elif cli is not None:
-            text, source = cli, s.option
-        elif config.getini(s.ini) not in (None, "", []):
-            text, source = _as_text(config.getini(s.ini)), f"ini option {s.ini}"
-        elif s.name in suite_defaults:
-            text = _as_text(suite_defaults[s.name])
-            source = f"@pytest.mark.distbench(defaults={{{s.name!r}: ...}}){where}"
         else:
-            text = config.stash.get(RUN_DEFAULTS, {}).get(s.name, s.default)
-            source = f"default of {s.option}"
-        try:
-            values[s.name] = s.parse(text)
-        except ValueError as exc:
-            raise pytest.UsageError(f"{source}: {exc}") from None
+            values[s.name] = _parsed(s, text, _source(s, origin, where))
     settings = Settings(**values)
     if settings.min_iterations > settings.max_iterations:
         raise pytest.UsageError(
             f"--distbench-min-iterations ({settings.min_iterations}) is larger than "
             f"--distbench-max-iterations ({settings.max_iterations})"
         )
-    for check in (_harness_options().check, *registry.setting_checks()):
+    for check in (harness_options.check, *registry.setting_checks()):
         check(settings)
     return settings
 
 
-LAUNCHER_MODES = ("auto", "local", "env")
+def resolve_run(config: pytest.Config) -> Any:
+    """The settings of a test no marker changes (the command line's and the ini's), once the
+    run's own defaults are known; kept for every later reader (of_run)."""
+    config.stash[RUN_KEY] = resolve(config)
+    return config.stash[RUN_KEY]
 
 
-def launcher_mode(config: pytest.Config) -> str:
-    """--distbench-launcher (CLI > ini > auto): a session-wide choice, not a marker keyword."""
-    cli = config.getoption("distbench_launcher", None)
-    ini = config.getini("distbench_launcher")
-    text, source = (cli, "--distbench-launcher") if cli is not None else (
-        (ini, "ini option distbench_launcher") if ini else ("auto", "default"))
-    mode = text.strip().lower()
-    if mode not in LAUNCHER_MODES:
-        raise pytest.UsageError(
-            f"{source}: unknown launcher mode {text!r}: expected one of "
-            f"{', '.join(LAUNCHER_MODES)}")
-    return mode
+def of_run(config: pytest.Config) -> Any:
+    """The run's Settings, as resolve_run left them at configure time."""
+    return config.stash[RUN_KEY]
+
+
+def of_test(config: pytest.Config, definition: Any) -> Any:
+    """A test's Settings (marker > CLI > ini > default), once per marker; a bad value fails
+    the test."""
+    marker = definition.get_closest_marker("distbench")
+    cache = config.stash.setdefault(TEST_CACHE_KEY, {})
+    cached = cache.get(id(marker))
+    if cached is not None and cached[0] is marker:
+        return cached[1]
+    try:
+        # `where` only names the test in error messages: a success holds for every test with
+        # this marker (the run's defaults are fixed at configure time, before any test).
+        resolved = resolve(config, marker.kwargs if marker else {},
+                           where=f" on {definition.name}")
+    except pytest.UsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    cache[id(marker)] = (marker, resolved)
+    return resolved

@@ -193,7 +193,10 @@ def test_failures_under_pressure_keep_the_foundations_guarantees(pytester, distb
         (["--distbench-touch-once"], "--distbench-touch-once needs --distbench-touch*"),
         (["--distbench-allocate=lots"], "--distbench-allocate: invalid size 'lots'*"),
         (["--distbench-cpu-threads=-1"], "--distbench-cpu-threads: invalid count '-1'*"),
-        (["--distbench-print-env=maybe"], "--distbench-print-env: invalid switch 'maybe'*"),
+        # A switch takes no value on the command line (tests/test_settings_table.py): its
+        # ini key (or -o) does.
+        (["-o", "distbench_print_env=maybe"],
+         "ini option distbench_print_env: invalid switch 'maybe'*"),
     ],
 )
 def test_bad_pressure_options_are_usage_errors(pytester, options, message):

@@ -57,8 +57,11 @@ def test_private_network_hides_the_world_from_the_host(pytester, distbench_run, 
     if private and not _namespaces_allowed():
         pytest.skip("this machine does not allow a network namespace (needs CAP_SYS_ADMIN)")
     pytester.makepyfile(textwrap.dedent(PROBE))
+    # The switch alone, or its ini key saying false (a switch takes no value on the command
+    # line: it would take the next argument).
     args = ["--distbench", "--world-size=2", "-s", "-p", "no:randomly",
-            "--distbench-private-network=" + ("true" if private else "false")]
+            *(["--distbench-private-network"] if private
+              else ["-o", "distbench_private_network=false"])]
     result = distbench_run(*args)
     result.assert_outcomes(passed=3)
     expected = "REACHED=False SAME_NAMESPACE=False" if private else (

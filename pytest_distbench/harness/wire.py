@@ -8,8 +8,23 @@ Progress messages (one per report interval, from a reporter thread, never per it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _setting(name: str, **kwargs: Any) -> Any:
+    """A field carrying the setting `name` under a name that says its unit (budget_s)."""
+    return field(metadata={"setting": name}, **kwargs)
+
+
+def from_settings(cls: type[T], settings: Any, **derived: Any) -> T:
+    """A settings message from a test's resolved Settings: each field is the setting of its
+    name (or the one its field names), unless given here (values the controller derives)."""
+    return cls(**{f.name: derived[f.name] if f.name in derived
+                  else getattr(settings, f.metadata.get("setting", f.name))
+                  for f in fields(cls)})
 
 # Fixture names whose values only exist inside a rank; the controller ships placeholders.
 RANK_FIXTURES = (
@@ -49,8 +64,8 @@ class PressureSettings:
     (harness/ranks/pressure.py)."""
 
     cpu_threads: int = 0
-    allocate_bytes: int = 0
-    touch_bytes: int = 0
+    allocate_bytes: int = _setting("allocate", default=0)
+    touch_bytes: int = _setting("touch", default=0)
     touch_once: bool = False
     log_threads: int = 12
     log_lines: int = 0
@@ -65,12 +80,14 @@ class MeasureSettings:
     iterations: int | None  # a fixed count, or None to calibrate to budget_s
     min_iterations: int
     max_iterations: int
-    budget_s: float
+    budget_s: float = _setting("budget")
     dtype: str
-    duration_s: float | None = None  # a duration-bound timed region instead of a count/budget
+    # A duration-bound timed region instead of a count/budget.
+    duration_s: float | None = _setting("duration", default=None)
     # A budget-bound run stops once its p50's 95 % interval is this narrow (half-width over
     # p50) in every rank; None: it spends its budget.
     precision: float | None = None
+    # Derived by the controller (options.report_every_s, outcome.py), not settings of the name.
     report_every_s: float | None = None  # live Progress reports from rank 0, None for none
     pressure: PressureSettings | None = None  # None: no pressure at all
     # CUDA worlds only (harness/ranks/cuda_timing.py): "batch" or "each", the iterations per batch

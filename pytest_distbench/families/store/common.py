@@ -537,9 +537,8 @@ def record_incomplete(distbench: Any, family: str, exc: DidNotComplete,
 
 
 def store_config(config: Any, node: Any) -> StoreConfig:
-    """The family's settings of one test, resolved in the controller (marker > CLI > ini)."""
-    from pytest_distbench.settings import resolve
+    """The family's settings of one test, as the controller resolved them."""
+    from pytest_distbench.settings import of_test
 
-    marker = node.get_closest_marker("distbench")
-    settings = resolve(config, marker.kwargs if marker else {})
+    settings = of_test(config, node)
     return StoreConfig(rounds=settings.store_rounds, timeout_s=settings.store_timeout)

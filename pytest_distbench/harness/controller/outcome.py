@@ -33,6 +33,7 @@ from ..wire import (
     PressureSettings,
     RunTest,
     TestOutcome,
+    from_settings,
 )
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
@@ -145,21 +146,9 @@ def _task_for(item: pytest.Function, settings: Settings) -> RunTest:
         qualname=item.function.__qualname__,
         kwargs=kwargs,
         rank_fixtures=tuple(rank_fixtures),
-        settings=MeasureSettings(
-            warmup=settings.warmup,
-            iterations=settings.iterations,
-            min_iterations=settings.min_iterations,
-            max_iterations=settings.max_iterations,
-            budget_s=settings.budget,
-            precision=settings.precision,
-            dtype=settings.dtype,
-            duration_s=settings.duration,
-            report_every_s=options.report_every_s(settings),
-            pressure=_pressure_settings(settings),
-            cuda_timing=settings.cuda_timing,
-            cuda_batch=settings.cuda_batch,
-            cuda_graph=settings.cuda_graph,
-        ),
+        settings=from_settings(MeasureSettings, settings,
+                               report_every_s=options.report_every_s(settings),
+                               pressure=_pressure_settings(settings)),
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
         instance_state=_instance_state(item),
     )
@@ -188,15 +177,7 @@ def _instance_state(item: pytest.Function) -> dict[str, Any]:
 def _pressure_settings(settings: Settings) -> PressureSettings | None:
     if not options.pressure_used(settings):
         return None
-    return PressureSettings(
-        cpu_threads=settings.cpu_threads,
-        allocate_bytes=settings.allocate,
-        touch_bytes=settings.touch,
-        touch_once=settings.touch_once,
-        log_threads=settings.log_threads,
-        log_lines=settings.log_lines,
-        print_env=settings.print_env,
-    )
+    return from_settings(PressureSettings, settings)
 
 
 # -- after the ranks ran -----------------------------------------------------------------------

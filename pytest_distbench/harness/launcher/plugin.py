@@ -17,7 +17,7 @@ from .detect import LaunchEnv, resolve
 
 def configure(config: pytest.Config) -> LaunchEnv | None:
     """Launcher mode's settings, before anything else resolves them; None in local mode."""
-    launch = resolve(config, settings_module.launcher_mode(config))
+    launch = resolve(config, settings_module.of_session(config).launcher)
     if launch is None:
         return None
     # The launcher fixed the world: its size is the default world size.

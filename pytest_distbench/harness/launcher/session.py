@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ...settings import Settings, resolve
+from ...settings import Settings, of_run
 from ..controller.live import LivePrinter
 from ..controller.outcome import prepare
 from ..controller.session import Session
@@ -51,7 +51,7 @@ class LauncherSession(Session):
         self.launch = launch
         self.rank = launch.rank
         self.world_size = launch.world_size
-        self.timeout_s = resolve(config).timeout
+        self.timeout_s = of_run(config).timeout
         self.prefix = f"distbench/{launch.run_id}/"
         self._hosting = launch.rank == 0 and not launch.agent_store
         store = open_store(launch.master_addr, launch.master_port, master=self._hosting,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ... import units
-from ...settings import PARAMETRIZING, SETTINGS, Settings
+from ...settings import BY_NAME, PARAMETRIZING, Settings, choose, of_session
 from ..controller.outcome import WORLD_SIZE_ARG
 from ..ranks.pressure import memory_available
 
@@ -41,12 +41,6 @@ RANK_THREADS = 5  # an idle gloo rank's threads
 RANK_FILES = 16  # an idle rank's descriptors besides one socket per peer (gloo: a full mesh)
 CONTROLLER_FILES_PER_RANK = 5  # pipes and capture files the controller keeps per rank
 FORCE_HINT = "--distbench-force starts it anyway"
-
-
-def add_options(group: Any) -> None:
-    group.addoption("--distbench-force", action="store_true", default=False,
-                    help="start worlds even when their ranks or buffers look too large for "
-                         "this machine's memory, task or open-file limits")
 
 
 @dataclass(frozen=True)
@@ -160,23 +154,18 @@ def _refuse(what: str, problems: list[str]) -> pytest.UsageError:
                              f"{FORCE_HINT}.")
 
 
-def forced(config: pytest.Config) -> bool:
-    return bool(config.getoption("distbench_force", False))
-
-
 def _named(config: pytest.Config, name: str) -> str:
     """How the user asked for a setting: `--world-size=8`, its ini key, or its default."""
-    setting = next(s for s in SETTINGS if s.name == name)
-    cli = config.getoption("distbench_" + name, None)
-    if cli is not None:
-        return f"{setting.option}={cli}"
-    return f"ini option {setting.ini}" if config.getini(setting.ini) else (
-        f"{setting.option} (default)")
+    setting = BY_NAME[name]
+    text, origin = choose(config, setting)
+    if origin == "option":
+        return f"{setting.option}={text}"
+    return f"ini option {setting.ini}" if origin == "ini" else f"{setting.option} (default)"
 
 
 def check_request(config: pytest.Config, settings: Settings) -> None:
     """Refuse the command line's (or ini's) world and tensor sizes that cannot fit here."""
-    if forced(config):
+    if of_session(config).force:
         return
     machine = probe()
     largest = max(settings.world_size)
@@ -196,7 +185,7 @@ _NBYTES = next(s.param for s in PARAMETRIZING if s.name == "tensor_size")
 
 def check_items(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a collected test whose world or buffers cannot fit (markers choose sizes too)."""
-    if forced(config):
+    if of_session(config).force:
         return
     machine = probe()
     checked: set[tuple[int, int]] = set()
