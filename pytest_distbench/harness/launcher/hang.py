@@ -315,7 +315,7 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     """From a thread other than the (stuck) main one: fail the running test, report every later
     test as not run (`cause`: what became of the running one), finish the session (tables,
     results file). The caller then exits."""
-    from _pytest.reports import TestReport
+    import pytest
 
     hook = config.hook
     items = session.items
@@ -324,7 +324,7 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     duration = time.monotonic() - running.started
 
     def report(node: Any, outcome: str, longrepr: Any, when: str, took: float = 0.0) -> None:
-        hook.pytest_runtest_logreport(report=TestReport(
+        hook.pytest_runtest_logreport(report=pytest.TestReport(
             node.nodeid, node.location, {k: 1 for k in node.keywords}, outcome, longrepr, when,
             sections=[], duration=took, start=now - took, stop=now))
 
@@ -339,8 +339,6 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
         report(later, "skipped", (str(later.path), line, f"Skipped: {reason}"), "setup")
         report(later, "passed", None, "teardown")
         hook.pytest_runtest_logfinish(nodeid=later.nodeid, location=later.location)
-    from _pytest.main import ExitCode
-
-    session.exitstatus = ExitCode.TESTS_FAILED
-    hook.pytest_sessionfinish(session=session, exitstatus=ExitCode.TESTS_FAILED)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    hook.pytest_sessionfinish(session=session, exitstatus=pytest.ExitCode.TESTS_FAILED)
     config._ensure_unconfigure()

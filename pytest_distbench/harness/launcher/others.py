@@ -132,10 +132,8 @@ def _report_late_failure(item: pytest.Item, message: str) -> None:
     """A test this rank ended as passed or skipped failed on rank 0's verdict: report it as
     failed now, through the same hook, so the session's failure count (exit code, --maxfail)
     is rank 0's."""
-    from _pytest.reports import TestReport
-
     now = time.time()
-    item.ihook.pytest_runtest_logreport(report=TestReport(
+    item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
         item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
         f"failed on rank 0's verdict:\n{message}", "call", sections=[], duration=0.0,
         start=now, stop=now))
