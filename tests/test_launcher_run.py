@@ -138,8 +138,8 @@ def test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies(
                                    "--distbench-iterations=5", f"--distbench-json={path}"],
                        {})], pytester.path, timeout=150)
     assert done.returncode != 0
-    assert "rank 1 (" in done.output and ") died during the test: its connection to rank 0 " \
-        "closed" in done.output, done.output
+    assert "rank 1 (" in done.output and ") died during the test: it left without posting " \
+        "its outcome" in done.output, done.output
     assert "1 failed, 1 passed, 1 skipped" in done.output, done.output
     assert "not run: test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies.py::" \
         "test_rank_1_dies" in done.output
@@ -361,7 +361,7 @@ def test_the_other_ranks_exit_at_once_when_rank_0_dies(pytester, leak_tag):
     for other in ranks[1:]:
         assert other.returncode != 0, other.output
         assert "lost rank 0 during test_the_other_ranks_exit_at_once_when_rank_0_dies.py::" \
-               "test_rank_0_dies[gloo-ws3] (its connection closed)" in other.output, other.output
+               "test_rank_0_dies[gloo-ws3] (" in other.output, other.output
         # At once: not after the test's 120 s timeout and the verdict margin.
         assert other.seconds < 60, other.output
 
@@ -384,8 +384,8 @@ def test_a_rank_that_dies_is_reported_as_dead_at_once_not_as_a_hang(pytester, le
                    timeout=100)
     rank0 = ranks[0]
     assert rank0.returncode == 1, rank0.output
-    assert "rank 1 (" in rank0.output and ") died during the test: its connection to rank 0 " \
-        "closed" in rank0.output, rank0.output
+    assert "rank 1 (" in rank0.output and ") died during the test: it left without posting " \
+        "its outcome" in rank0.output, rank0.output
     assert "timed out" not in rank0.output
     assert "1 failed, 1 skipped" in rank0.output
     # At once: not after the test's 120 s timeout.

@@ -5,9 +5,8 @@ may be stuck in the test body), it declares the test hung in the store, collects
 every rank that did not finish, reports the test as failed and every later test as not run,
 finishes the session (tables, results file) and exits non-zero. The other ranks each keep a
 VerdictWatch: past the same timeout, a thread reads rank 0's verdict on the running test from
-the store (verdicts normally travel over the per-test link, peerlink.py; rank 0 also
-puts one in the store when the test hung or took over half its timeout); on "hung" it posts
-its main thread's stack, waits for rank 0 to finish reporting and exits
+the store; on "hung" it posts its main thread's stack, waits for rank 0 to finish reporting
+and exits
 non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
 non-zero by itself.
 
