@@ -558,3 +558,28 @@ def test_rank_0_captures_logs_only_where_local_mode_would(pytester, leak_tag):
         else:
             assert "[rank 0] warned by rank 0" in output, output
             assert "Captured log call" not in output, output
+
+
+def test_an_outcome_over_the_size_cap_fails_the_test_with_the_rank_named(pytester, leak_tag):
+    """What a rank posts to rank 0 through the store is bounded (64 MiB; lowered here): past
+    it the test fails with a message that names the rank and the limit, and the run goes on."""
+    pytester.makeconftest(
+        "from pytest_distbench.harness.launcher import wire\nwire.OUTCOME_LIMIT = 4000\n")
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.distbench
+        def test_prints_a_lot(distbench):
+            if distbench.rank == 1:
+                print("x" * 10000)
+
+        @pytest.mark.distbench
+        def test_after(distbench):
+            pass
+    """))
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench", "-rA"], timeout=100)
+    output = ranks[0].output
+    assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
+    assert "1 failed, 1 passed" in output, output
+    assert "rank 1's outcome of this test is 1" in output, output
+    assert "over the 4000 bytes a rank may post to rank 0 through the launcher's store" in output

@@ -72,16 +72,8 @@ class OtherRankSession(LauncherSession):
             return []
 
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
-        text = json.dumps(outcome.to_json(), default=repr)
-        if len(text.encode()) > wire.OUTCOME_LIMIT:
-            text = json.dumps(wire.Outcome(
-                "failed", f"rank {self.rank}'s outcome of this test is "
-                f"{len(text.encode()) / 2**20:.0f} MiB as JSON, over the "
-                f"{wire.OUTCOME_LIMIT >> 20} MiB a rank may post to rank 0 through the "
-                "launcher's store (most of it is raw samples: measure fewer iterations or for a "
-                "shorter duration)", [], "", outcome.order, outcome.released, outcome.info,
-                outcome.rebuild).to_json())
-        self.channel.set_text(running.key(wire.outcome(self.rank)), text)
+        self.channel.set_text(running.key(wire.outcome(self.rank)),
+                              capped(outcome, self.rank))
 
     def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
         # Rank 0 gives its verdict once every rank has finished: that is what to wait for.
@@ -173,3 +165,17 @@ def _report_late_failure(item: pytest.Item, message: str) -> None:
         item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
         f"failed on rank 0's verdict:\n{message}", "call", sections=[], duration=0.0,
         start=now, stop=now))
+
+
+def capped(outcome: wire.Outcome, rank: int) -> str:
+    """The outcome as posted: JSON, or a failure saying so where it is over the limit."""
+    text = json.dumps(outcome.to_json(), default=repr)
+    size = len(text.encode())
+    if size <= wire.OUTCOME_LIMIT:
+        return text
+    return json.dumps(wire.Outcome(
+        "failed", f"rank {rank}'s outcome of this test is {size} bytes as JSON, over the "
+        f"{wire.OUTCOME_LIMIT} bytes a rank may post to rank 0 through the launcher's store "
+        "(most of it is raw samples and printed output: measure fewer iterations or for a "
+        "shorter duration, print less)", [], "", outcome.order, outcome.released,
+        outcome.info, outcome.rebuild).to_json())
