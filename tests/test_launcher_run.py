@@ -507,6 +507,16 @@ LEAN_SECOND = textwrap.dedent("""
         # The first module's fixture was torn down before this module's first test.
         assert os.path.exists(f"torn_down_{os.environ['SLURM_PROCID']}")
 """)
+def two_ranks_that_fail(pytester, args: list[str], summary: str) -> str:
+    """Rank 0's output of a 2-rank session (srun's environment) that must exit 1 everywhere
+    with this summary."""
+    ranks = launch(pytester.path, "slurm", 2, ["--distbench", *args], timeout=200)
+    output = ranks[0].output
+    assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
+    assert summary in output, output
+    return output
+
+
 def test_other_ranks_run_tests_through_pytests_runner_with_the_same_outcomes(
         pytester, leak_tag):
     """Ranks other than 0 run each test through pytest's own runner: plain tests, a module
@@ -518,10 +528,7 @@ def test_other_ranks_run_tests_through_pytests_runner_with_the_same_outcomes(
             pytester.makeconftest("def pytest_runtest_setup(item):\n    pass\n")
         for p in pytester.path.glob("torn_down_*"):
             p.unlink()
-        ranks = launch(pytester.path, "slurm", 2, ["--distbench", "-rs"], timeout=200)
-        output = ranks[0].output
-        assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
-        assert "1 failed, 4 passed, 1 skipped" in output, output
+        output = two_ranks_that_fail(pytester, ["-rs"], "1 failed, 4 passed, 1 skipped")
         assert "[rank 1] AssertionError: fails on every rank" in output, output
         assert "skipped on every rank" in output
 
@@ -577,9 +584,6 @@ def test_an_outcome_over_the_size_cap_fails_the_test_with_the_rank_named(pyteste
         def test_after(distbench):
             pass
     """))
-    ranks = launch(pytester.path, "slurm", 2, ["--distbench", "-rA"], timeout=100)
-    output = ranks[0].output
-    assert [r.returncode for r in ranks] == [1, 1], output + ranks[1].output
-    assert "1 failed, 1 passed" in output, output
+    output = two_ranks_that_fail(pytester, ["-rA"], "1 failed, 1 passed")
     assert "rank 1's outcome of this test is 1" in output, output
     assert "over the 4000 bytes a rank may post to rank 0 through the launcher's store" in output
