@@ -42,6 +42,8 @@ class StoreChannel:
 
     def get_texts(self, keys: list[str]) -> list[bytes]:
         """Several values as they were set, in one round trip."""
+        if not keys:
+            return []
         return list(self._call("multi_get", [self.prefix + k for k in keys]))
 
     def compare_set(self, key: str, expected: str, value: str) -> None:
