@@ -16,7 +16,6 @@ from . import collection, gating, outputs
 from . import settings as settings_module
 from .harness.controller.outcome import RankLocal
 from .harness.controller.session import SESSION_KEY
-from .harness.launcher.lean import RANK_LOCAL_ATTR
 from .harness.local import limits
 from .harness.wire import RANK_FIXTURES
 
@@ -188,8 +187,6 @@ def _rank_local_fixture(name: str) -> Any:
         return RankLocal(name)
 
     fixture.__doc__ = f"distbench: `{name}` inside each rank of the test's world."
-    # How launcher mode's lean runs know a placeholder from a user's fixture of the same name.
-    setattr(fixture, RANK_LOCAL_ATTR, name)
     return pytest.fixture(name=name)(fixture)
 
 

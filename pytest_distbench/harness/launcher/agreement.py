@@ -26,6 +26,7 @@ class Agreement:
         self.world_size = world_size
         self.timeout_s = timeout_s
         self.hosts: dict[int, str] = {}  # rank -> host, known after the collection round
+        self.pids: dict[int, Any] = {}  # rank -> process id, known after the collection round
         self._unavailable: dict[tuple[str, str], str] = {}
 
     def round(self, name: str, mine: Any, decide: Decide) -> Any:
@@ -45,30 +46,32 @@ class Agreement:
 
     def collection(self, ids: list[str]) -> str | None:
         """The error that stops every rank when the ranks collected different items (None
-        when they agree); learns every rank's host."""
+        when they agree); learns every rank's host and process id."""
         self.channel.set(wire.collected(self.rank), ids)
         mine = {"digest": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
                 "count": len(ids), "host": socket.gethostname(), "pid": os.getpid()}
 
         def decide(values: dict[int, Any], missing: list[int]) -> dict[str, Any]:
             hosts = {str(r): v["host"] for r, v in values.items()}
+            pids = {str(r): v["pid"] for r, v in values.items()}
             if missing:
-                return {"hosts": hosts, "error": (
+                return {"hosts": hosts, "pids": pids, "error": (
                     f"ranks {missing} did not report their collected tests within "
                     f"{self.timeout_s:g} s: every process the launcher started must run pytest "
                     "with the same arguments (a SLURM batch script must start pytest through "
                     "srun; --distbench-launcher=local ignores the launcher)")}
             differing = [r for r, v in values.items() if v["digest"] != mine["digest"]]
             if not differing:
-                return {"hosts": hosts, "error": None}
+                return {"hosts": hosts, "pids": pids, "error": None}
             first = differing[0]
-            return {"hosts": hosts, "error": (
+            return {"hosts": hosts, "pids": pids, "error": (
                 "the ranks collected different tests; every rank must run the same items in "
                 f"the same order ({len(differing)} of {self.world_size} ranks differ from rank "
                 f"0): {first_difference(ids, self.channel.get(wire.collected(first)), first)}")}
 
         answer = self.round("collect", mine, decide)
         self.hosts = {int(r): h for r, h in answer["hosts"].items()}
+        self.pids = {int(r): p for r, p in answer["pids"].items()}
         return answer["error"]
 
     def backend_reason(self, backend: str, device_type: str, local_rank: int) -> str:

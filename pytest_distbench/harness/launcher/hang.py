@@ -5,9 +5,8 @@ may be stuck in the test body), it declares the test hung in the store, collects
 every rank that did not finish, reports the test as failed and every later test as not run,
 finishes the session (tables, results file) and exits non-zero. The other ranks each keep a
 VerdictWatch: past the same timeout, a thread reads rank 0's verdict on the running test from
-the store (verdicts normally travel over the per-test link, peerlink.py; rank 0 also
-puts one in the store when the test hung or took over half its timeout); on "hung" it posts
-its main thread's stack, waits for rank 0 to finish reporting and exits
+the store; on "hung" it posts its main thread's stack, waits for rank 0 to finish reporting
+and exits
 non-zero; if rank 0 gives no verdict at all in time (it died, or the store is gone) it exits
 non-zero by itself.
 
@@ -315,7 +314,7 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     """From a thread other than the (stuck) main one: fail the running test, report every later
     test as not run (`cause`: what became of the running one), finish the session (tables,
     results file). The caller then exits."""
-    from _pytest.reports import TestReport
+    import pytest
 
     hook = config.hook
     items = session.items
@@ -324,7 +323,7 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     duration = time.monotonic() - running.started
 
     def report(node: Any, outcome: str, longrepr: Any, when: str, took: float = 0.0) -> None:
-        hook.pytest_runtest_logreport(report=TestReport(
+        hook.pytest_runtest_logreport(report=pytest.TestReport(
             node.nodeid, node.location, {k: 1 for k in node.keywords}, outcome, longrepr, when,
             sections=[], duration=took, start=now - took, stop=now))
 
@@ -339,8 +338,6 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
         report(later, "skipped", (str(later.path), line, f"Skipped: {reason}"), "setup")
         report(later, "passed", None, "teardown")
         hook.pytest_runtest_logfinish(nodeid=later.nodeid, location=later.location)
-    from _pytest.main import ExitCode
-
-    session.exitstatus = ExitCode.TESTS_FAILED
-    hook.pytest_sessionfinish(session=session, exitstatus=ExitCode.TESTS_FAILED)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    hook.pytest_sessionfinish(session=session, exitstatus=pytest.ExitCode.TESTS_FAILED)
     config._ensure_unconfigure()

@@ -1,8 +1,9 @@
-"""Launcher mode, the ranks other than 0: send each test's outcome to rank 0 and apply its
+"""Launcher mode, the ranks other than 0: post each test's outcome for rank 0 and apply its
 verdict one test late, so rank 0's judging overlaps this rank's bookkeeping."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -12,10 +13,12 @@ from ...settings import Settings
 from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .peerlink import LinkError, PeerLink, new_token
-from .session import FAILURE_GRACE_S, START_TIMEOUT_S, LauncherSession
+from .liveness import BEAT_S, GONE
+from .session import FAILURE_GRACE_S, LauncherSession
+from .storechannel import StoreChannel, StoreLost, open_store
 
 EXIT_AFTER_RANK_0_S = 30.0  # how long a rank waits for rank 0 to exit before it does
+RANK_0_ENDED_S = 3 * BEAT_S  # rank 0 on another host: its heartbeat silent this long, it exited
 
 
 class OtherRankSession(LauncherSession):
@@ -24,64 +27,58 @@ class OtherRankSession(LauncherSession):
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         super().__init__(config, launch)
         self.watch = hang.VerdictWatch(self._watch_channel, self.rank)
-        self._peer_link: PeerLink | None = None
-        self._open_link()
         # The test whose verdict is not read yet, and this rank's own status of it.
         self._pending: tuple[hang.Running, str] | None = None
-
-    def _open_link(self) -> None:
-        """Connect to rank 0 where it said in the store."""
-        try:
-            # Rank 0 admits only a hello that proves this token: joining takes reading the store.
-            token = new_token()
-            self.channel.set(wire.link_token(self.rank), token.hex())
-            if not self.channel.wait([wire.LINK], START_TIMEOUT_S):
-                raise LinkError(f"rank 0 did not say where to connect within "
-                                f"{START_TIMEOUT_S:g} s")
-            address, port = self.channel.get(wire.LINK)
-            self._peer_link = PeerLink(address, int(port), self.rank, START_TIMEOUT_S, token)
-        except (LinkError, OSError) as exc:
-            raise pytest.UsageError(f"launcher mode: rank {self.rank}: {exc}") from None
-
-    def _accept_link(self) -> None:
-        """Answer rank 0's challenge once it accepts (after the collection round)."""
-        assert self._peer_link is not None
-        try:
-            self._peer_link.join(START_TIMEOUT_S)
-        except LinkError as exc:
-            pytest.exit(f"launcher mode: rank {self.rank}: {exc}",
-                        returncode=pytest.ExitCode.USAGE_ERROR)
-
-    def _close_link(self) -> None:
-        """Kept open until `finish`: rank 0's exit closing it tells this rank it may exit."""
 
     def _agree_on_the_end(self) -> None:
         if self.channel.wait([wire.END], hang.EXIT_WAIT_S):
             self.pytest_session.exitstatus = self.channel.get(wire.END)["exitstatus"]
         self.channel.set(wire.done(self.rank), 1)
-        if self._peer_link is not None:
-            # Exit after rank 0: a launcher that stops every rank once one exits non-zero
-            # (torchrun) then never stops rank 0 on its way out.
-            self._peer_link.wait_closed(EXIT_AFTER_RANK_0_S)
-            self._peer_link.close()
+        # Exit after rank 0: a launcher that stops every rank once one exits non-zero
+        # (torchrun) then never stops rank 0 on its way out.
+        self._wait_for_rank_0_to_exit(self.channel)
+
+    def _wait_for_rank_0_to_exit(self, channel: StoreChannel) -> None:
+        deadline = time.monotonic() + EXIT_AFTER_RANK_0_S
+        try:
+            while not self.peers.gone(channel, [0], RANK_0_ENDED_S):
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.02 if 0 in self.peers.pids else BEAT_S)
+        except StoreLost:
+            pass  # rank 0 hosted the store: gone with it
 
     def _stop_tests(self) -> None:
-        """Stay until rank 0 has reported and exited: a rank that left now would look dead to
-        it, beside the one that died."""
-        if self._peer_link is not None:
-            self._peer_link.wait_hung_up(EXIT_AFTER_RANK_0_S)
+        """Say so in the store (rank 0 tells this rank from one that died), then stay until
+        rank 0 has reported and exited."""
+        try:
+            channel = StoreChannel(open_store(self.launch.master_addr, self.launch.master_port,
+                                              master=False, timeout_s=5.0), self.prefix)
+            channel.set(wire.stopped(self.rank), 1)
+            self._wait_for_rank_0_to_exit(channel)
+        except (StoreLost, RuntimeError):  # RuntimeError: connecting failed
+            pass  # rank 0 hosted the store and is gone
         hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: stopped by the launcher "
                                       "(SIGTERM); exiting after rank 0")
 
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
+                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+        try:
+            return super().run_item(item, settings, key, fresh_world_after)
+        except StoreLost as exc:  # rank 0 hosted the store, and is gone
+            if self.watch.disarm():
+                self._lost_rank_0(item, f"the store stopped answering: {exc}")
+            hang.park()  # the verdict watch ends the process
+            return []
+
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
-        assert self._peer_link is not None
-        self._peer_link.send(running.index, outcome.to_json())
+        self.channel.set_text(running.key(wire.outcome(self.rank)),
+                              capped(outcome, self.rank))
 
     def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
-        # Rank 0 sends its verdict once every rank has finished: that is what to wait for.
+        # Rank 0 gives its verdict once every rank has finished: that is what to wait for.
         self._send(running, outcome)
-        assert self._peer_link is not None
-        return self._peer_link.ready(FAILURE_GRACE_S)
+        return self.channel.poll([running.key(wire.VERDICT)], FAILURE_GRACE_S)
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
                     running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
@@ -109,33 +106,76 @@ class OtherRankSession(LauncherSession):
             return
         running, provisional = self._pending
         self._pending = None
-        assert self._peer_link is not None
-        data = self._peer_link.verdict(running.index, running.timeout_s + hang.VERDICT_MARGIN_S)
-        if data is None and self._peer_link.lost and self.watch.disarm():
-            # Rank 0 ends its connection only after its last verdict, or when it is gone (a
-            # hang's report is the verdict watch's to finish: it has disarmed nothing then).
-            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: lost rank 0 during "
-                                          f"{running.item.nodeid} (its connection closed); "
-                                          "exiting")
+        data = self._read_verdict(running)
         verdict = None if data is None else wire.Verdict.from_json(data)
         if verdict is None or verdict.status == "hung":
+            if verdict is not None and self.watch.disarm():
+                # Rank 0 ended the run during a test this rank had finished: once its report
+                # is out there is nothing left to do here.
+                try:
+                    self.channel.wait([running.key(wire.EXIT)],
+                                      hang.STACK_WAIT_S + hang.EXIT_WAIT_S)
+                except StoreLost:
+                    pass  # rank 0 hosted the store, and has exited
+                hang.exit_now()
             hang.park()  # the verdict watch reports the stack and ends the process
             return
         self.watch.disarm()
+        self.channel.delete(running.key(wire.outcome(self.rank)))  # rank 0 has read it
         if verdict.rebuild:
             self._close_world(graceful=False)
         if verdict.status == "failed" and provisional != "failed":
             _report_late_failure(running.item, verdict.message)
+
+    def _read_verdict(self, running: hang.Running) -> Any | None:
+        """Rank 0's verdict on the running test; None past the timeout and margin. Exits at
+        once when rank 0 is gone (a hang's report is the verdict watch's to finish: it has
+        disarmed nothing then)."""
+        key = running.key(wire.VERDICT)
+        assert self._heartbeat is not None
+        self._heartbeat.expect([0], lambda r: key)
+        try:
+            if not self.channel.wait([key], running.timeout_s + hang.VERDICT_MARGIN_S):
+                return None
+            data = self.channel.get(key)
+        except StoreLost as exc:
+            if self.watch.disarm():
+                self._lost_rank_0(running.item, f"the store stopped answering: {exc}")
+            return None
+        finally:
+            self._heartbeat.expect_nothing()
+        if data == json.loads(GONE):
+            if self.watch.disarm():
+                self._lost_rank_0(running.item, "it is gone: its process ended or its "
+                                                "heartbeat stopped")
+            return None
+        return data
+
+    def _lost_rank_0(self, item: pytest.Item, why: str) -> None:
+        hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: lost rank 0 during "
+                                      f"{item.nodeid} ({why}); exiting")
 
 
 def _report_late_failure(item: pytest.Item, message: str) -> None:
     """A test this rank ended as passed or skipped failed on rank 0's verdict: report it as
     failed now, through the same hook, so the session's failure count (exit code, --maxfail)
     is rank 0's."""
-    from _pytest.reports import TestReport
-
     now = time.time()
-    item.ihook.pytest_runtest_logreport(report=TestReport(
+    item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
         item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
         f"failed on rank 0's verdict:\n{message}", "call", sections=[], duration=0.0,
         start=now, stop=now))
+
+
+def capped(outcome: wire.Outcome, rank: int) -> str:
+    """The outcome as posted: JSON, or a failure saying so where it is over the limit."""
+    text = json.dumps(outcome.to_json(), default=repr)
+    size = len(text.encode())
+    if size <= wire.OUTCOME_LIMIT:
+        return text
+    return json.dumps(wire.Outcome(
+        "failed", f"rank {rank}'s outcome of this test is {size} bytes as JSON, over the "
+        f"{wire.OUTCOME_LIMIT} bytes a rank may post to rank 0 through the launcher's store "
+        "(most of it is raw samples and printed output: measure fewer iterations or for a "
+        "shorter duration, print less)", [], "", outcome.order, outcome.released,
+        outcome.info, outcome.rebuild).to_json())

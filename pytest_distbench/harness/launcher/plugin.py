@@ -1,6 +1,6 @@
 """pytest's side of launcher mode: detect it at configure time, quiet the ranks other than 0,
-skip tests whose world sizes exclude the launcher's, agree on the collected items, run plain
-tests lean on the ranks other than 0."""
+skip tests whose world sizes exclude the launcher's, agree on the collected items; pytest's own
+runner runs each test on every rank."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from ... import settings as settings_module
 from ..controller.outcome import WORLD_SIZE_ARG
-from . import lean
 from .detect import LaunchEnv, resolve
 
 
@@ -70,21 +69,6 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
         config.pluginmanager.unregister(plugin)
 
 
-def _lean_items(session: pytest.Session, owner: Any) -> dict[str, dict[str, Any]]:
-    """The distbench items this rank runs lean, with their arguments (none when the session's
-    plugins or options need pytest's full protocol)."""
-    from ..controller.outcome import is_distbench
-
-    if not lean.session_allows(session.config, owner):
-        return {}
-    found = {}
-    for item in session.items:
-        values = lean.arguments(item) if is_distbench(item) else None
-        if values is not None:
-            found[item.nodeid] = values
-    return found
-
-
 def start(config: pytest.Config, launch: LaunchEnv,
           gate_check: Callable[[Any, list[dict[str, Any]], Any], None]) -> Any:
     """The session of this rank (rank 0's role or the others'), with its hooks registered."""
@@ -104,8 +88,6 @@ class LauncherPlugin:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.launch: LaunchEnv = session.launch
-        # Ranks other than 0: the arguments of each item that runs lean (harness/launcher/lean.py).
-        self._lean: dict[str, dict[str, Any]] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         launch = self.launch
@@ -127,26 +109,19 @@ class LauncherPlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.session.agree_on_collection(session)
         _drop_log_capture(session, self.launch.rank)
-        if self.launch.rank != 0:
-            self._lean = _lean_items(session, self)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         """Ranks other than 0 read the verdict of the test before here when a failure may stop
         the session (--maxfail, -x, --stepwise): rank 0 stopped after that test, so must they,
         before this one starts. Otherwise the verdict is read just before the next body runs,
-        and rank 0's judging overlaps this rank's bookkeeping. Plain distbench tests run lean
-        on these ranks (harness/launcher/lean.py): no report objects for phases that passed."""
+        and rank 0's judging overlaps this rank's bookkeeping."""
         if self.launch.rank == 0:
             return None
         if self._stops_on_failure(item.config):
             self.session.settle()
             if item.session.shouldfail or item.session.shouldstop:
                 return True  # not run here either; the run loop ends after this item
-        values = self._lean.get(item.nodeid)
-        if values is not None and lean.lean_now(item):
-            lean.run(item, nextitem, values)  # type: ignore[arg-type]
-            return True
         return None
 
     @staticmethod

@@ -3,6 +3,7 @@ reports for all (and, when a test outlives its timeout, reports the hang and end
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -16,15 +17,9 @@ from ..controller.outcome import RunResult, describe_problems, judge, tag
 from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .peerlink import LinkError, RankZeroLink, listen_address
-from .session import (
-    DONE_TIMEOUT_S,
-    FAILURE_GRACE_S,
-    START_TIMEOUT_S,
-    STOP_LOOK_S,
-    GateCheck,
-    LauncherSession,
-)
+from .liveness import GONE
+from .session import DONE_TIMEOUT_S, FAILURE_GRACE_S, STOP_LOOK_S, GateCheck, LauncherSession
+from .storechannel import StoreChannel
 
 
 class RankZeroSession(LauncherSession):
@@ -32,54 +27,32 @@ class RankZeroSession(LauncherSession):
         super().__init__(config, launch)
         self.gate_check = gate_check
         self.watch = hang.DeadlineWatch(self._report_hang)
-        self._zero_link: RankZeroLink | None = None
-        self._open_link()
         # Rank 0 prints the live reports of its own Reporter thread (harness/controller/live.py).
         self._live_stream = terminal_stream()
         self._live: LivePrinter | None = None
         # Rank 0 sends no outcome: the hang report reads its own from here.
         self._own: tuple[int, wire.Outcome] | None = None  # (test index, outcome)
 
-    # -- the per-test link ------------------------------------------------------------------
+    # -- the per-test outcomes -------------------------------------------------------------
 
-    def _open_link(self) -> None:
-        """Listen, and say where in the store (the connections are taken after the collection
-        round, when every rank is known to be there)."""
-        if self.world_size == 1:
-            return
-        launch = self.launch
-        try:
-            single_host = launch.local_world_size == launch.world_size
-            address = listen_address(launch.master_addr, launch.master_port, single_host)
-            self._zero_link = RankZeroLink(address, self.world_size)
-            self.channel.set(wire.LINK, [address, self._zero_link.port])
-        except (LinkError, OSError) as exc:
-            raise pytest.UsageError(f"launcher mode: rank 0: {exc}") from None
-
-    def _accept_link(self) -> None:
-        if self._zero_link is None:
-            return
-        # Every rank published its token before the collection round that preceded this.
-        tokens: dict[int, bytes] = {}
-        for r in range(1, self.world_size):
-            try:
-                tokens[r] = bytes.fromhex(self.channel.get(wire.link_token(r)))
-            except (TypeError, ValueError):
-                pass  # not a token: that rank cannot join, and is named below
-        missing = self._zero_link.accept(START_TIMEOUT_S, tokens)
-        if missing:
-            pytest.exit(f"launcher mode: ranks {missing} did not connect to rank 0 at "
-                        f"{self._zero_link.address}:{self._zero_link.port} within "
-                        f"{START_TIMEOUT_S:g} s (a firewall between the hosts?)",
-                        returncode=pytest.ExitCode.USAGE_ERROR)
-
-    def _gather(self, running: hang.Running, timeout_s: float
+    def _gather(self, running: hang.Running, timeout_s: float, poll: bool = False
                 ) -> dict[int, wire.Outcome] | None:
-        """The other ranks' outcomes of the running test; None if some did not come."""
-        if self._zero_link is None:
-            return {}
-        arrived = self._zero_link.gather(running.index, timeout_s)
-        return None if arrived is None else _outcomes(arrived)
+        """The other ranks' outcomes of the running test; None if some did not come in time
+        or a rank is gone (liveness.py). `poll` for a short wait that may time out."""
+        others = list(range(1, self.world_size))
+        keys = [running.key(wire.outcome(r)) for r in others]
+        assert self._heartbeat is not None
+        self._heartbeat.expect(others, lambda r: running.key(wire.outcome(r)))
+        try:
+            wait = self.channel.poll if poll else self.channel.wait
+            if not wait(keys, timeout_s):
+                return None
+            raws = self.channel.get_texts(keys)
+        finally:
+            self._heartbeat.expect_nothing()
+        if any(raw == GONE.encode() for raw in raws):
+            return None
+        return {r: _read_outcome(r, raw) for r, raw in zip(others, raws, strict=True)}
 
     def _agree_on_the_end(self) -> None:
         # The report must be out before the others may exit (a pipe holds it in a buffer).
@@ -91,18 +64,26 @@ class RankZeroSession(LauncherSession):
         if self._hosting:  # the store must outlive the others' last read of it
             self.channel.wait([wire.done(r) for r in range(1, self.world_size)], DONE_TIMEOUT_S)
 
-    def _dead(self, running: hang.Running) -> list[int]:
-        """Ranks whose link closed before they sent this test's outcome: they died."""
-        if self._zero_link is None:
-            return []
-        arrived = self._zero_link.received(running.index)
-        return [r for r in self._zero_link.lost() if r not in arrived]
+    def _posted(self, running: hang.Running, channel: StoreChannel
+                ) -> tuple[dict[int, wire.Outcome], list[int], list[int]]:
+        """The outcomes of the running test posted so far; the ranks whose outcome has not
+        come; those of them already marked gone."""
+        others = range(1, self.world_size)
+        present = [r for r in others if channel.has(running.key(wire.outcome(r)))]
+        raws = dict(zip(present, channel.get_texts(
+            [running.key(wire.outcome(r)) for r in present]), strict=True))
+        gone = [r for r, raw in raws.items() if raw == GONE.encode()]
+        posted = {r: _read_outcome(r, raw) for r, raw in raws.items() if r not in gone}
+        return posted, [r for r in others if r not in posted], gone
 
-    def _close_link(self) -> None:
-        # The connections to the others stay open until this process exits: the others
-        # wait for that before they exit themselves (others.py).
-        if self._zero_link is not None:
-            self._zero_link.stop_listening()
+    def _dead(self, running: hang.Running, channel: StoreChannel | None = None) -> list[int]:
+        """Ranks gone before they posted this test's outcome: they died."""
+        channel = channel or self.channel
+        _, pending, gone = self._posted(running, channel)
+        return sorted(set(gone) | set(self.peers.gone(channel, [r for r in pending
+                                                                if r not in gone])))
+
+    def _close_own(self) -> None:
         if self._live_stream is not None:
             self._live_stream.close()
             self._live_stream = None
@@ -117,7 +98,7 @@ class RankZeroSession(LauncherSession):
         return self._live
 
     def _others_finished(self, running: hang.Running, outcome: wire.Outcome) -> bool:
-        return self._gather(running, FAILURE_GRACE_S) is not None
+        return self._gather(running, FAILURE_GRACE_S, poll=True) is not None
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
                     running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
@@ -145,13 +126,7 @@ class RankZeroSession(LauncherSession):
         return []  # kept and gated in _judge, before the verdict
 
     def _send_verdict(self, running: hang.Running, verdict: wire.Verdict) -> None:
-        if self._zero_link is None:
-            return
-        self._zero_link.forget(running.index)
-        self._zero_link.broadcast(running.index, verdict.to_json())
-        if time.monotonic() - running.started > running.timeout_s / 2:
-            # A rank that started later may reach its own deadline before it reads this: its
-            # verdict watch then looks in the store.
+        if self.world_size > 1:
             self.channel.set(running.key(wire.VERDICT), verdict.to_json())
 
     def _read_releases(self, running: hang.Running, posted: dict[int, wire.Outcome]) -> None:
@@ -190,12 +165,17 @@ class RankZeroSession(LauncherSession):
         self.watch.expire_now()
 
     def _dead_at_stop(self, running: hang.Running) -> list[int]:
-        """The ranks that died, as the launcher's SIGTERM comes: the connection of the rank
-        whose death made the launcher stop the run may not have been read closed yet."""
+        """The ranks that died, as the launcher's SIGTERM comes: every live rank says in the
+        store that it got the SIGTERM too; a rank that has not posted its outcome and says
+        nothing within STOP_LOOK_S (or whose process is gone first) died."""
+        ch = self._watch_channel
         deadline = time.monotonic() + STOP_LOOK_S
-        while not (dead := self._dead(running)) and time.monotonic() < deadline:
+        while True:
+            silent = [r for r in self._posted(running, ch)[1] if not ch.has(wire.stopped(r))]
+            gone = self.peers.gone(ch, silent)
+            if len(gone) == len(silent) or time.monotonic() >= deadline:
+                return silent
             time.sleep(0.02)
-        return dead
 
     def _report_hang(self, running: hang.Running, dead: list[int] | None = None) -> None:
         """The deadline watch, in its own thread (or the main thread when ranks died): declare,
@@ -206,9 +186,8 @@ class RankZeroSession(LauncherSession):
             dead = self._dead_at_stop(running)
         dead = dead or []
         own = self._own[1] if self._own is not None and self._own[0] == running.index else None
-        arrived = _outcomes(self._zero_link.received(running.index)) if self._zero_link else {}
-        pending = [r for r in range(self.world_size)
-                   if (own is None if r == 0 else r not in arrived)]
+        arrived, missing, _ = self._posted(running, ch)
+        pending = ([0] if own is None else []) + missing
         ch.set(running.key(wire.VERDICT), {"status": "hung", "pending": pending})
         stacks = {0: hang.main_thread_stack(str(running.item.path))} if 0 in pending else {}
         others = [r for r in pending if r != 0 and r not in dead]
@@ -225,15 +204,15 @@ class RankZeroSession(LauncherSession):
                   "run and every rank exits.")
         by_launcher = f"{self.launch.launcher} stopped the ranks (SIGTERM)"
         if dead:
-            lines = [f"rank {r} ({self.hosts.get(r, '?')}) died during the test: its connection "
-                     "to rank 0 closed (its exit status is in the launcher's log)"
+            lines = [f"rank {r} ({self.hosts.get(r, '?')}) died during the test: it left "
+                     "without posting its outcome (its exit status is in the launcher's log)"
                      for r in dead]
             lines += [f"{by_launcher} after that."] if stopped else []
             lines.append(cannot)
             cause = f"lost rank {dead[0]}" if len(dead) == 1 else f"lost ranks {dead}"
         elif stopped:
-            lines = [f"{by_launcher} during the test, with no rank's connection to rank 0 "
-                     f"closed (ranks {pending} had not finished it). {cannot}"]
+            lines = [f"{by_launcher} during the test, with every rank still there "
+                     f"(ranks {pending} had not finished it). {cannot}"]
             cause = "was stopped by the launcher"
         else:
             lines = [f"timed out after {running.timeout_s:g} s (--distbench-timeout): ranks "
@@ -252,10 +231,18 @@ class RankZeroSession(LauncherSession):
         finally:
             hang.flush()
             ch.set(running.key(wire.EXIT), 1)  # the others may exit now: the report is out
+            ch.set(wire.END, {"exitstatus": hang.EXIT_CODE})
 
 
-def _outcomes(arrived: dict[int, Any]) -> dict[int, wire.Outcome]:
-    return {r: wire.Outcome.from_json(o) for r, o in arrived.items()}
+def _read_outcome(rank: int, raw: bytes) -> wire.Outcome:
+    """A rank's posted outcome; a failed one naming the fault when it is not one."""
+    try:
+        if len(raw) > wire.OUTCOME_LIMIT:
+            raise wire.WireError(f"{len(raw)} bytes, over the {wire.OUTCOME_LIMIT} byte limit")
+        return wire.Outcome.from_json(json.loads(raw))
+    except (ValueError, RecursionError) as exc:  # WireError, bad JSON, nested too deep
+        return wire.Outcome("failed", f"rank {rank} posted an outcome rank 0 cannot read: "
+                                      f"{str(exc)[:200]}", [], "")
 
 
 def run_result(posted: dict[int, wire.Outcome]) -> RunResult:

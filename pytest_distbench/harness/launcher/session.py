@@ -5,13 +5,14 @@ test). Per test, each rank runs the body with the same in-rank code as a local w
 (harness/ranks/loop.py: fixtures, the `distbench` object). The ranks other than 0 send their
 outcome to rank 0 (others.py); rank 0 judges them with its own through the same outcome
 pipeline as local mode (rank0.py) and sends one verdict, which every rank applies, so
-pass/fail and exit codes agree everywhere. Only rank 0 keeps records and reports. Outcomes
-and verdicts travel over one direct connection from each rank to rank 0 (peerlink.py); the
-store carries what is not per test (wire.py names its keys).
+pass/fail and exit codes agree everywhere. Only rank 0 keeps records and reports. Outcomes,
+verdicts and everything else travel through the launcher's store (wire.py names the keys); a
+rank that waits on another looks whether it is gone meanwhile (liveness.py).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -30,12 +31,13 @@ from ..wire import RankSpec, TestOutcome, WorldKey
 from . import hang, wire
 from .agreement import Agreement
 from .detect import LaunchEnv
+from .liveness import Heartbeat, Peers, same_host_pids
 from .storechannel import StoreChannel, open_store
 
 START_TIMEOUT_S = 300.0  # every rank must have collected (or joined) within this
 FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before releasing them
 DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
-STOP_LOOK_S = 1.0  # at the launcher's SIGTERM, how long rank 0 looks for a rank that died
+STOP_LOOK_S = 2.0  # at the launcher's SIGTERM, how long rank 0 waits for the live ranks to say so
 
 GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings], None]
 
@@ -63,6 +65,8 @@ class LauncherSession(Session):
             open_store(launch.master_addr, launch.master_port, master=False,
                        timeout_s=START_TIMEOUT_S), self.prefix)
         self.agreement = Agreement(self.channel, self.rank, self.world_size, START_TIMEOUT_S)
+        self.peers = Peers({})  # known after the collection round
+        self._heartbeat: Heartbeat | None = None
         hang.keep_stderr()  # exit_now's messages must outlive a test's output capture
         self.pytest_session: Any = None
         self.index_of: dict[str, int] = {}
@@ -85,8 +89,6 @@ class LauncherSession(Session):
     def settle(self) -> None:
         """Apply the verdict still pending, if any (the ranks other than 0 read it late)."""
 
-    def _accept_link(self) -> None:
-        """Join the per-test link (after the collection round, when every rank is there)."""
 
     def _printer(self, item: pytest.Function, report_every_s: float | None
                  ) -> LivePrinter | None:
@@ -101,8 +103,8 @@ class LauncherSession(Session):
                     running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def _close_link(self) -> None:
-        raise NotImplementedError
+    def _close_own(self) -> None:
+        """What the role holds until the end of the tests."""
 
     def _stop_tests(self) -> None:
         """The launcher's SIGTERM during the tests: end the run, rank 0's report first."""
@@ -126,7 +128,11 @@ class LauncherSession(Session):
         error = self.agreement.collection([item.nodeid for item in session.items])
         if error:
             pytest.exit(error, returncode=pytest.ExitCode.USAGE_ERROR)
-        self._accept_link()
+        self.peers = Peers(same_host_pids(self.hosts, self.agreement.pids,
+                                          socket.gethostname(), self.rank, os.getpid()))
+        self._heartbeat = Heartbeat(StoreChannel(open_store(
+            self.launch.master_addr, self.launch.master_port, master=False,
+            timeout_s=START_TIMEOUT_S), self.prefix), self.rank, self.peers)
         self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
 
     # -- the in-process world ---------------------------------------------------------------
@@ -248,14 +254,14 @@ class LauncherSession(Session):
         }}
 
     def close(self) -> None:
-        """End of the tests on every rank: leave the process group, close the link. Safe to
-        call more than once."""
+        """End of the tests on every rank: leave the process group. Safe to call more than
+        once."""
         if self._closed or self.aborting:
             return
         self._closed = True
         self.watch.stop()
         self._close_world(graceful=True)
-        self._close_link()
+        self._close_own()
 
     def finish(self) -> None:
         """The very end: no rank exits before rank 0 has finished reporting (a launcher such
@@ -270,6 +276,9 @@ class LauncherSession(Session):
             self._agree_on_the_end()
         except (StoreLost, RuntimeError):
             pass  # the store's host is gone: nothing left to agree with
+        if self._heartbeat is not None and self.rank != 0:
+            # Rank 0 beats until it exits: the others on other hosts see it go by that.
+            self._heartbeat.stop()
         self._stop.close()
 
     def _agree_on_the_end(self) -> None:

@@ -1,9 +1,9 @@
 """Launcher mode's wire: what the ranks send each other, and the store keys they meet at.
 
-Per test, each rank other than 0 sends rank 0 one Outcome over the link (peerlink.py) and
-reads one Verdict back. Everything else goes through the launcher's store under the keys
-below, all under the run's prefix (`distbench/<run id>/`). Both travel as JSON: launcher mode
-may cross a real network, and a peer's bytes are never unpickled.
+Per test, each rank other than 0 posts rank 0 one Outcome and reads one Verdict back; these,
+and everything else, go through the launcher's store under the keys below, all under the
+run's prefix (`distbench/<run id>/`). All travel as JSON: launcher mode may cross a real
+network, and a peer's bytes are never unpickled.
 """
 
 from __future__ import annotations
@@ -11,13 +11,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-# Store keys of the session.
-LINK = "link"  # rank 0's [address, port] for the per-test link
+# Outcomes carry every raw sample of every measurement (and the test's captured output): a
+# duration-bound run can take millions of samples, about 20 bytes each as JSON.
+OUTCOME_LIMIT = 64 << 20
 
 
-def link_token(rank: int) -> str:
-    """The one-time token a rank proves to rank 0 to join the link (peerlink.py)."""
-    return f"link-token/{rank}"
+def beat(rank: int) -> str:
+    """A rank's heartbeat counter (liveness.py)."""
+    return f"beat/{rank}"
+
+
+def stopped(rank: int) -> str:
+    """A rank got the launcher's SIGTERM and is alive (rank 0 tells it from a rank that died)."""
+    return f"stopped/{rank}"
 
 
 def collected(rank: int) -> str:
@@ -48,9 +54,14 @@ def of_test(index: int, name: str) -> str:
     return f"t{index}/{name}"
 
 
+def outcome(rank: int) -> str:
+    """Per test: a rank's Outcome, for rank 0."""
+    return f"outcome/{rank}"
+
+
 # Per-test names, under of_test(index, ...).
 FAILURES = "failures"  # a counter: the order in which ranks failed
-VERDICT = "verdict"  # rank 0's verdict, for a rank past its deadline; "hung" on a hang
+VERDICT = "verdict"  # rank 0's Verdict; {"status": "hung", ...} when the run ends in the test
 EXIT = "exit"  # rank 0's hang report is out: the others may exit
 
 
