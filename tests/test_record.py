@@ -4,6 +4,7 @@ and the same JSON kind per key. Adding a key to one of them and not the others f
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import types
 import typing
@@ -15,7 +16,8 @@ from results_data import benchmark_record
 
 from pytest_distbench.results.document.normalize import NULLABLE_RECORD_FIELDS, normalize_record
 from pytest_distbench.results.document.record import RECORD_KEYS, REQUIRED_KEYS, Record
-from pytest_distbench.results.document.schema import SchemaError, validate_record
+from pytest_distbench.results.document.schema import SUMMARY_KEYS, SchemaError, validate_record
+from pytest_distbench.results.statistics.stats import Summary
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
 HINTS = typing.get_type_hints(Record)
@@ -148,3 +150,7 @@ def test_normalize_fills_only_nullable_keys_of_the_type():
     assert all(type(None) in kinds(HINTS[key]) for key in NULLABLE_RECORD_FIELDS)
     normal = normalize_record(benchmark_record(64, [1e-5]))
     assert set(normal) <= RECORD_KEYS
+
+
+def test_the_summary_the_schema_checks_is_the_one_statistics_makes():
+    assert tuple(f.name for f in dataclasses.fields(Summary)) == SUMMARY_KEYS

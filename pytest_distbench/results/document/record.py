@@ -16,22 +16,6 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 
-class Summary(TypedDict):
-    """Statistics of `samples`, seconds (`stats.Summary.as_dict`)."""
-
-    n: int
-    min: float
-    p50: float
-    p75: float
-    p90: float
-    p95: float
-    p99: float
-    max: float
-    mean: float
-    stddev: float
-    iqr: float
-
-
 class P50Interval(TypedDict, total=False):
     """`p50_ci`: the 95 % interval of `summary.p50` (statistics/interval.py)."""
 
@@ -92,8 +76,8 @@ class ABField(TypedDict, total=False):
     candidate_round_s: list[float]
     baseline_p50_s: list[float]
     candidate_p50_s: list[float]
-    baseline_rounds: list[Summary]
-    candidate_rounds: list[Summary]
+    baseline_rounds: list[dict[str, float]]  # each round's summary
+    candidate_rounds: list[dict[str, float]]
     ratio: float
     ratio_low: float | None
     ratio_high: float | None
@@ -115,7 +99,7 @@ class _Identity(TypedDict):
     world_size: int
     device: str
     samples: list[float]
-    summary: Summary
+    summary: dict[str, float]  # schema.SUMMARY_KEYS, statistics.stats.Summary's fields
 
 
 class Record(_Identity, total=False):
