@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .document.record import Record
+
 # A duration-bound run lasts the requested duration within this fraction (no less on the rank
 # that timed longest, no more on any rank), or within DURATION_FLOOR_S where that is more: a
 # few scheduler time slices, which a rank of an oversubscribed machine may wait before it sees
@@ -45,7 +47,7 @@ class MachineBounds:
         return asdict(self)
 
 
-def violations(record: dict[str, Any], bounds: MachineBounds | None = None) -> list[str]:
+def violations(record: Record, bounds: MachineBounds | None = None) -> list[str]:
     """The rules `record` breaks, each as one sentence with its figures ([] when none)."""
     found: list[str] = []
     found += _times(record)
@@ -57,7 +59,7 @@ def violations(record: dict[str, Any], bounds: MachineBounds | None = None) -> l
     return found
 
 
-def _times(record: dict[str, Any]) -> list[str]:
+def _times(record: Record) -> list[str]:
     samples = record.get("samples") or []
     bad = [x for x in samples if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
     if not samples:
@@ -68,7 +70,7 @@ def _times(record: dict[str, Any]) -> list[str]:
     return []
 
 
-def _counts(record: dict[str, Any]) -> list[str]:
+def _counts(record: Record) -> list[str]:
     found = []
     samples = record.get("samples") or []
     iterations = record.get("iterations")
@@ -98,7 +100,7 @@ def _counts(record: dict[str, Any]) -> list[str]:
     return found
 
 
-def _duration(record: dict[str, Any]) -> list[str]:
+def _duration(record: Record) -> list[str]:
     """A duration run may not stop early; it may overrun by what stopping between iterations
     costs (the chunk in flight when the ranks agree): DURATION_TOLERANCE, DURATION_FLOOR_S or
     two of its slowest iterations, whichever is most.
@@ -129,7 +131,7 @@ def _duration(record: dict[str, Any]) -> list[str]:
             f"{shown}"]
 
 
-def _bandwidth(record: dict[str, Any], bounds: MachineBounds) -> list[str]:
+def _bandwidth(record: Record, bounds: MachineBounds) -> list[str]:
     busbw = record.get("busbw_gbps")
     limit = bounds.copy_gbps
     # Host memory bounds host transfers only: a GPU's links and memory are faster.
@@ -141,7 +143,7 @@ def _bandwidth(record: dict[str, Any], bounds: MachineBounds) -> list[str]:
             f"machine's fastest memory copy ({limit:.4g} GB/s)"]
 
 
-def _message_rate(record: dict[str, Any], bounds: MachineBounds) -> list[str]:
+def _message_rate(record: Record, bounds: MachineBounds) -> list[str]:
     figures = record.get("figures") or {}
     limit = bounds.round_trip_s
     if figures.get("credits") != 1 or not _number(limit) or limit <= 0:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_distbench.results.document.record import Record
 from pytest_distbench.results.statistics.interval import block_bootstrap_mean
 from pytest_distbench.results.statistics.stats import percentile
 
@@ -126,7 +127,7 @@ def one_way_latency(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
-def record_rates(record: dict[str, Any]) -> dict[str, Any]:
+def record_rates(record: Record) -> dict[str, Any]:
     """Derived figures of a p2p or message-rate record (registered in family.py)."""
     figures = record.get("figures") or {}
     k = figures.get("messages_per_iteration")

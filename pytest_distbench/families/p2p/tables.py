@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from ... import units
+from ...results.document.record import Record
 from ...results.rendering import ci, fit
 
 _ALIGN = "right"
 
 
-def _wrong(record: dict[str, Any]) -> str:
+def _wrong(record: Record) -> str:
     return "N/A" if record.get("wrong") is None else str(record["wrong"])
 
 
@@ -19,7 +20,7 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return fit.table(rows, headers, colalign=(_ALIGN,) * len(headers))
 
 
-def render_osu(records: list[dict[str, Any]]) -> str:
+def render_osu(records: list[Record]) -> str:
     """One p2p family (latency, bandwidth, bibw or pairs) of one backend and world."""
     records = sorted(records, key=lambda r: (r["nbytes"] or 0, r["id"]))
     if any((r.get("figures") or {}).get("round_trip") for r in records):
@@ -27,7 +28,7 @@ def render_osu(records: list[dict[str, Any]]) -> str:
     return _rates(records)
 
 
-def _latency(records: list[dict[str, Any]]) -> str:
+def _latency(records: list[Record]) -> str:
     rows = []
     for r in records:
         f = r.get("figures") or {}
@@ -46,7 +47,7 @@ def _latency(records: list[dict[str, Any]]) -> str:
             + "\n# one-way latency = round trip / 2 (ping-pong, slowest rank per round trip)")
 
 
-def _rates(records: list[dict[str, Any]]) -> str:
+def _rates(records: list[Record]) -> str:
     rows = []
     for r in records:
         f = r.get("figures") or {}
@@ -78,7 +79,7 @@ def _path_rank(path: str) -> int:
     return PATH_ORDER.index(path) if path in PATH_ORDER else len(PATH_ORDER)
 
 
-def render_arras(records: list[dict[str, Any]]) -> str:
+def render_arras(records: list[Record]) -> str:
     """Message rate by path, size and credits, with the seed's totals: one table per transport
     (a transport column would push the table past a terminal's 120 columns)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:

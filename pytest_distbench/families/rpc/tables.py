@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import units
+from ...results.document.record import Record
 from ...results.rendering import ci, fit
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
@@ -33,12 +34,12 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return fit.table(rows, headers, colalign=("right",) * len(headers))
 
 
-def _cell(p50_s: float, record: dict[str, Any]) -> str:
+def _cell(p50_s: float, record: Record) -> str:
     """A transports-table cell: the round trip in ms ± its interval."""
     return ci.with_pct(units.format_figure(p50_s * 1e3), ci.p50_pct(record), record)
 
 
-def render_latency(records: list[dict[str, Any]]) -> str:
+def render_latency(records: list[Record]) -> str:
     rows = []
     for r in records:
         s, f = r["summary"], r["figures"]
@@ -55,7 +56,7 @@ def render_latency(records: list[dict[str, Any]]) -> str:
         "MB/s = 2 x size / p50")
 
 
-def render_throughput(records: list[dict[str, Any]]) -> str:
+def render_throughput(records: list[Record]) -> str:
     records = sorted(records, key=lambda r: (r["nbytes"] or 0, r["figures"].get("credits", 0)))
     rows = []
     capped = ""
@@ -79,7 +80,7 @@ def render_throughput(records: list[dict[str, Any]]) -> str:
         "iteration; MB/s = msgs/s x size / 1e6")
 
 
-def render_transports(records: list[dict[str, Any]]) -> str:
+def render_transports(records: list[Record]) -> str:
     sizes = sorted({r["nbytes"] for r in records if r["nbytes"] is not None})
     cells: dict[str, dict[int, float]] = {}
     kept: dict[tuple[str, int], dict[str, Any]] = {}
@@ -106,7 +107,7 @@ def render_transports(records: list[dict[str, Any]]) -> str:
                        + turned] + skipped)
 
 
-def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
+def seed_block(record: Record, x_axis: str = "world_size") -> str:
     """The seed's per-point report: latency in seconds (3 decimals), throughput as integers."""
     f = record["figures"]
     lines = ["---------", "Benchmark", f"{x_axis} : {record['world_size']}"]
@@ -130,11 +131,11 @@ def seed_block(record: dict[str, Any], x_axis: str = "world_size") -> str:
     return "\n".join(lines).rstrip()
 
 
-def _points(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _points(records: list[Record]) -> list[Record]:
     return [r for r in records if r["figures"].get("metric") == "observer_latency"]
 
 
-def render_agent_observer(records: list[dict[str, Any]]) -> str:
+def render_agent_observer(records: list[Record]) -> str:
     rows = []
     for r in _points(records):
         f = r["figures"]
@@ -165,6 +166,6 @@ def render_agent_observer(records: list[dict[str, Any]]) -> str:
     return "\n".join([_table(rows, headers), note])
 
 
-def seed_blocks(records: list[dict[str, Any]]) -> str:
+def seed_blocks(records: list[Record]) -> str:
     """The seed's block of every point (the -v detail of the agent/observer table)."""
     return "\n".join(seed_block(r) for r in _points(records))

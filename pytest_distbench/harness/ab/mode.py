@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ...results.document.record import ABField, Record
 from ...results.statistics import paired, stats
 from ...settings import Settings
 from ..controller.outcome import prepare, summarize_record
@@ -148,7 +149,7 @@ def round_value(samples: list[float]) -> float:
     return min(samples)
 
 
-def merge_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_rounds(records: list[Record]) -> Record:
     """One record of the same benchmark measured in several rounds: samples in time order."""
     first = dict(records[0])
     summarize_record(first, [[s for r in records for s in r["rank_samples"][rank]]
@@ -170,7 +171,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def ab_field(outcome: ABOutcome, baseline: str) -> dict[str, Any]:
+def ab_field(outcome: ABOutcome, baseline: str) -> ABField:
     """The record's "ab" object (docs/results-schema.md)."""
     v = outcome.verdict
     return {

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ...results.document.record import Record
 from ...units import figure_cell
 from ..wire import Progress
 
@@ -102,7 +103,7 @@ class LivePrinter:
         })
         self._write(line, name=progress.name)
 
-    def finish(self, records: list[dict[str, Any]]) -> None:
+    def finish(self, records: list[Record]) -> None:
         """After the test: each reported measurement's totals, the figures its table row
         shows, where the live lines count otherwise."""
         for name, reports in self.reports.items():
@@ -148,7 +149,7 @@ def terminal_stream() -> TextIO | None:
         return None
 
 
-def closing_line(record: dict[str, Any]) -> str:
+def closing_line(record: Record) -> str:
     """`done: 3510 msgs in 4.968 s = 706.5 msgs/s (the table's: ...)`: a message family's
     totals (figures of its record, the table's cells), else the record's headline figures.
     The live lines' Time is rank 0's clock since the timed region began, the waits at chunk

@@ -20,6 +20,7 @@ import pytest
 
 from ...registry import completed_figures
 from ...results import sanity
+from ...results.document.record import Pressure, Record
 from ...results.document.schema import RecordError, check_record
 from ...results.statistics import interval, stats
 from ...settings import Settings
@@ -184,7 +185,7 @@ def _pressure_settings(settings: Settings) -> PressureSettings | None:
 
 def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings, *,
           variant: str = "", live_reports: dict[str | None, list[Any]] | None = None,
-          keep: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+          keep: list[Record] | None = None) -> list[Record]:
     """The test's records, or its failure or skip (raised as pytest does).
 
     `variant`: A/B mode's "baseline" or "candidate", named in every section and message.
@@ -253,7 +254,7 @@ def end_early(result: RunResult, ended: set[int], world_size: int, label: str = 
     pytest.skip(label + text)
 
 
-def _mark_invalid(records: list[dict[str, Any]]) -> str:
+def _mark_invalid(records: list[Record]) -> str:
     """Hold every record to the physical sanity rules; a record that breaks one is marked
     `invalid` (kept in the results file, never shown as a figure). The failure text, or ""."""
     lines = []
@@ -328,7 +329,7 @@ def error_line(message: str) -> str:
     return lines[0].strip() if lines else "failed"
 
 
-def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]]) -> None:
+def _add_environment_section(item: pytest.Function, records: list[Record]) -> None:
     """--distbench-print-env: the pressured ranks' environment, in the test's report."""
     lines = []
     for record in records:
@@ -339,14 +340,14 @@ def _add_environment_section(item: pytest.Function, records: list[dict[str, Any]
         item.add_report_section("call", "environment of the pressured ranks", "\n".join(lines))
 
 
-def _pressure_record(ms: list[Measurement]) -> dict[str, Any] | None:
+def _pressure_record(ms: list[Measurement]) -> Pressure | None:
     """The record's `pressure`: what ran, in which ranks, and their environment if asked."""
     pressured = [(r, m.pressure) for r, m in enumerate(ms) if m.pressure is not None]
     if not pressured:
         return None
     first = dict(pressured[0][1])
     first.pop("env", None)
-    out: dict[str, Any] = {"ranks": [r for r, _ in pressured], **first}
+    out: Pressure = {"ranks": [r for r, _ in pressured], **first}
     out["log_lines_written"] = sum(p.get("log_lines_written", 0) for _, p in pressured)
     envs = {str(r): p["env"] for r, p in pressured if "env" in p}
     if envs:
@@ -355,14 +356,15 @@ def _pressure_record(ms: list[Measurement]) -> dict[str, Any] | None:
 
 
 def _per_rank(values: Any) -> list[int] | None:
-    """One value per rank, or None where any rank has none (a CPU world's GPU memory)."""
+    """One value per rank, or None where any rank has none (a CPU world's GPU memory, a
+    platform without an RSS reading)."""
     values = list(values)
     return None if any(v is None for v in values) else values
 
 
 def build_records(
     item: pytest.Function, key: Any, result: RunResult, settings: Settings
-) -> list[dict[str, Any]]:
+) -> list[Record]:
     """Merge what every rank measured into one record per measure() call."""
     per_rank = [result.outcomes[r].measurements for r in range(key.world_size)]
     shapes = {tuple((m.name, len(m.samples)) for m in ms) for ms in per_rank}
@@ -382,45 +384,9 @@ def build_records(
     marker = item.get_closest_marker("distbench")
     threshold = settings.threshold if marker and "threshold" in marker.kwargs else None
     records = []
-    for index, first in enumerate(per_rank[0]):
-        ms: list[Measurement] = [per_rank[r][index] for r in range(key.world_size)]
-        record = {
-            "id": item.nodeid + (f"::{first.name}" if first.name else ""),
-            "name": item.name + (f"::{first.name}" if first.name else ""),
-            "family": first.family or item.originalname,
-            "backend": key.backend,
-            "world_size": key.world_size,
-            "device": key.device_type,
-            "placement": key.bind,
-            "params": params,
-            "nbytes": first.nbytes,
-            "count": first.count,
-            "dtype": first.dtype,
-            "busbw_factor": first.busbw_factor,
-            "warmup": first.warmup,
-            "wrong": None if first.wrong is None else sum(m.wrong or 0 for m in ms),
-            "threshold": threshold,
-            "figures": first.figures,
-            "peak_rss_bytes": (None if any(m.peak_rss_bytes is None for m in ms)
-                               else [m.peak_rss_bytes for m in ms]),
-            "duration_s": first.duration_s,
-            "pressure": _pressure_record(ms),
-            "timing": first.timing,
-            "batch_iterations": first.batch_iterations,
-            "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
-            "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
-        }
-        if first.incomplete:
-            record["incomplete"] = first.incomplete
-        timed = [r for r, m in enumerate(ms) if m.timed]
-        if len(timed) < len(ms):
-            record["timed_ranks"] = timed
-        if all(m.elapsed_s is not None for m in ms):
-            record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
-        # An untimed rank's samples are an empty list: its loop is no figure of anything.
-        summarize_record(record, [m.samples if m.timed else [] for m in ms])
-        record["figures"] = completed_figures(record)
-        _precision_record(record)
+    for index in range(len(per_rank[0])):
+        record = record_of(item, key, [per_rank[r][index] for r in range(key.world_size)],
+                           params, threshold)
         try:
             check_record(record)
         except RecordError as exc:  # a bad record fails its own test, naming the field
@@ -429,7 +395,52 @@ def build_records(
     return records
 
 
-def _precision_record(record: dict[str, Any]) -> None:
+def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: dict[str, Any],
+              threshold: float | None) -> Record:
+    """The one place a measurement, as every rank sent it (`wire.Measurement`, rank 0 first),
+    becomes a Record. The keys' order is the order a results file shows them in."""
+    first = ms[0]
+    suffix = f"::{first.name}" if first.name else ""
+    record: Record = {
+        "id": item.nodeid + suffix,
+        "name": item.name + suffix,
+        "family": first.family or item.originalname,
+        "backend": key.backend,
+        "world_size": key.world_size,
+        "device": key.device_type,
+        "placement": key.bind,
+        "params": params,
+        "nbytes": first.nbytes,
+        "count": first.count,
+        "dtype": first.dtype,
+        "busbw_factor": first.busbw_factor,
+        "warmup": first.warmup,
+        "wrong": None if first.wrong is None else sum(m.wrong or 0 for m in ms),
+        "threshold": threshold,
+        "figures": first.figures,
+        "peak_rss_bytes": _per_rank(m.peak_rss_bytes for m in ms),
+        "duration_s": first.duration_s,
+        "pressure": _pressure_record(ms),
+        "timing": first.timing,
+        "batch_iterations": first.batch_iterations,
+        "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
+        "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
+    }  # samples and summary, which every Record has, are added by summarize_record below
+    if first.incomplete:
+        record["incomplete"] = first.incomplete
+    timed = [r for r, m in enumerate(ms) if m.timed]
+    if len(timed) < len(ms):
+        record["timed_ranks"] = timed
+    if all(m.elapsed_s is not None for m in ms):
+        record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
+    # An untimed rank's samples are an empty list: its loop is no figure of anything.
+    summarize_record(record, [m.samples if m.timed else [] for m in ms])
+    record["figures"] = completed_figures(record)
+    _precision_record(record)
+    return record
+
+
+def _precision_record(record: Record) -> None:
     """record["precision"] of a precision-targeted run: the target, what the record's own
     headline interval achieved (the p50's, or for a rate over the timed region the rate's
     block bootstrap), whether that meets the target and why the run stopped."""
@@ -449,7 +460,7 @@ def _precision_record(record: dict[str, Any]) -> None:
                            "stopped_by": stopped_by, "statistic": statistic}
 
 
-def summarize_record(record: dict[str, Any], rank_samples: list[list[float]]) -> None:
+def summarize_record(record: Record, rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
     as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
     stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of

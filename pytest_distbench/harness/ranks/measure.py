@@ -189,13 +189,13 @@ class Distbench:
             dist.barrier(group=self._control)
             wrong = int(check())
             self._synchronize()
-        self._keep(
-            name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
-            busbw_factor=busbw_factor, warmup=warmed, samples=samples.tolist(), wrong=wrong,
-            figures=figures, duration_s=s.duration_s,
+        self._keep(Measurement(
+            name=name, family=family, nbytes=nbytes, count=count, dtype=_dtype_name(dtype),
+            busbw_factor=float(busbw_factor), warmup=warmed, samples=samples.tolist(),
+            wrong=wrong, figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
             timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
-        )
+        ))
 
     def record(
         self,
@@ -222,32 +222,23 @@ class Distbench:
         its row says so, but it is never compared, gated or plotted (docs/results-schema.md).
         """
         self._check_new(name, nbytes, "record")
-        self._keep(
-            name=name, family=family, nbytes=nbytes, count=count, dtype=dtype,
-            busbw_factor=busbw_factor, warmup=0, samples=[float(s) for s in samples],
+        self._keep(Measurement(
+            name=name, family=family, nbytes=nbytes, count=count, dtype=_dtype_name(dtype),
+            busbw_factor=float(busbw_factor), warmup=0, samples=[float(s) for s in samples],
             wrong=wrong, figures=dict(figures or {}), timing=cuda_timing.TEST_TIMED,
             incomplete=None if incomplete is None else {
                 "bound_s": float(incomplete[0]), "reason": str(incomplete[1])},
-        )
+        ))
 
-    def _keep(self, *, dtype: str | torch.dtype | None, busbw_factor: float,
-              **fields: Any) -> None:
+    def _keep(self, measurement: Measurement) -> None:
         """One finished measurement, with this rank's peak RSS (and GPU memory) since the
         last one."""
-        allocated = reserved = None
+        measurement.peak_rss_bytes = rss.peak_bytes()
         if self._on_cuda:
-            allocated = int(self._cuda.max_memory_allocated(self.device))
-            reserved = int(self._cuda.max_memory_reserved(self.device))
-        self.measurements.append(
-            Measurement(
-                dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
-                busbw_factor=float(busbw_factor),
-                peak_rss_bytes=rss.peak_bytes(),
-                peak_gpu_allocated_bytes=allocated,
-                peak_gpu_reserved_bytes=reserved,
-                **fields,
-            )
-        )
+            measurement.peak_gpu_allocated_bytes = int(
+                self._cuda.max_memory_allocated(self.device))
+            measurement.peak_gpu_reserved_bytes = int(self._cuda.max_memory_reserved(self.device))
+        self.measurements.append(measurement)
         rss.reset_peak()
         self._reset_gpu_peak()
 
@@ -608,3 +599,8 @@ def _never(samples: Sequence[float], precision: float) -> bool:
 
 HEADLINES = ("p50", "mean")
 PRECISE = {"p50": _precise_median, "mean": _precise_mean}
+
+
+def _dtype_name(dtype: str | torch.dtype | None) -> str | None:
+    """`float32` for torch.float32 or "float32": the record's `dtype`."""
+    return str(dtype).removeprefix("torch.") if dtype is not None else None

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ..document import history, io, schema
+from ..document.record import Record
 from ..statistics.runs import MIN_RUNS
 from . import verdict
 
@@ -46,7 +47,7 @@ class Gate:
         current.pop("world_sizes", None)
         return verdict.fingerprint_differences(baseline_env, current)
 
-    def judge(self, record: dict[str, Any], threshold: float) -> verdict.Verdict | None:
+    def judge(self, record: Record, threshold: float) -> verdict.Verdict | None:
         """The verdict for one fresh record, or None when the baseline lacks it."""
         base = self.baseline.get(record["id"])
         if base is None:

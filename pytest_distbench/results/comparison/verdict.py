@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from ..document.history import p50_runs
+from ..document.record import Record
 from ..document.schema import records
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
@@ -299,7 +300,7 @@ def placement_differences(base_records: dict[str, dict[str, Any]],
             for (b, c), n in sorted(pairs.items())]
 
 
-def timing_of(record: dict[str, Any]) -> str | None:
+def timing_of(record: Record) -> str | None:
     """How a record's samples were taken, where that can be known. Before `timing` was
     recorded, every CUDA measurement synchronized the device after each call; a CPU one was
     host-timed per call as it still is (nothing to tell apart)."""

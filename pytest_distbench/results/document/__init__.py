@@ -12,11 +12,13 @@ from .io import (
     resolve_baseline,
     write_document,
 )
+from .record import Record
 from .schema import SCHEMA_VERSION, RecordError, check_record, records
 
 __all__ = [
     "SCHEMA_VERSION",
     "DroppedRecordWarning",
+    "Record",
     "RecordError",
     "ResultsFileError",
     "ResultsFileExistsError",

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .normalize import json_safe
+from .record import Record
 from .schema import (
     SCHEMA_VERSION,
     RecordError,
@@ -29,7 +30,7 @@ class DroppedRecordWarning(UserWarning):
 
 
 def make_document(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[Record],
     environment: dict[str, Any],
     command_line: Sequence[str],
     *,
@@ -74,7 +75,7 @@ def make_document(
     return doc
 
 
-def _benchmark_entry(record: dict[str, Any]) -> dict[str, Any]:
+def _benchmark_entry(record: Record) -> dict[str, Any]:
     """One pytest-benchmark benchmark entry, carrying the full record under "distbench"."""
     name = record.get("name")
     param = None

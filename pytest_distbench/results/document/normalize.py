@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+
+from .record import Record
 
 # Ints beyond this are certainly corrupt, and bounding them keeps later float arithmetic
 # (sizes, ratios) from raising OverflowError on absurd values.
@@ -25,9 +27,9 @@ NULLABLE_RECORD_FIELDS = (
 )  # fmt: skip
 
 
-def normalize_record(record: dict[str, Any]) -> dict[str, Any]:
+def normalize_record(record: Record) -> Record:
     """A copy of the record with every nullable field present and plain JSON values."""
-    out = dict(record)
+    out: dict[str, Any] = dict(record)
     for key in NULLABLE_RECORD_FIELDS:
         out.setdefault(key, None)
     for key in ("params", "figures"):
@@ -57,7 +59,7 @@ def normalize_record(record: dict[str, Any]) -> dict[str, Any]:
         out["p50_ci"] = json_safe(out["p50_ci"])
     if out.get("live_reports") is not None:
         out["live_reports"] = json_safe(out["live_reports"])
-    return out
+    return cast(Record, out)
 
 
 def _floats(values: Any) -> Any:

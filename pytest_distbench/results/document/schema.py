@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from .normalize import MAX_INT, normalize_record
+from .record import Record
 
 SCHEMA_VERSION = 1
 
@@ -44,21 +45,21 @@ class RecordError(ValueError):
         self.message = message
 
 
-def is_figure(record: dict[str, Any]) -> bool:
+def is_figure(record: Record) -> bool:
     """Whether a record's samples are a figure: a record marked invalid (it broke a physical
     sanity rule) or incomplete (what it measured did not finish within its bound: its samples
     are only that bound) is kept in the file and never compared, gated or plotted."""
     return not record.get("invalid") and not record.get("incomplete")
 
 
-def records(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def records(doc: dict[str, Any]) -> dict[str, Record]:
     """The benchmark records of a (validated) document that are figures (is_figure), keyed by
     id, in file order."""
     return {bench["distbench"]["id"]: bench["distbench"] for bench in doc["benchmarks"]
             if is_figure(bench["distbench"])}
 
 
-def stored_record(record: dict[str, Any]) -> dict[str, Any]:
+def stored_record(record: Record) -> Record:
     """The record as a results file holds it (normalize_record), or RecordError naming the
     field that does not fit the schema or cannot be stored as JSON."""
     normal = normalize_record(record)
@@ -76,7 +77,7 @@ def stored_record(record: dict[str, Any]) -> dict[str, Any]:
     return normal
 
 
-def check_record(record: dict[str, Any]) -> None:
+def check_record(record: Record) -> None:
     """Raise RecordError naming the field if the record would not fit a results file."""
     stored_record(record)
 
@@ -134,7 +135,7 @@ def validate_document(doc: Any) -> None:
         seen[record["id"]] = index
 
 
-def validate_record(record: dict[str, Any], where: str) -> None:
+def validate_record(record: Record, where: str) -> None:
     """One benchmark record; `where` is its path in the document ("" for a record alone)."""
     for key in ("id", "name", "family", "backend", "device"):
         value = _expect(record, key, str, where, "a string")
@@ -247,7 +248,7 @@ def _validate_p50_ci(ci: Any, where: str) -> None:
         raise SchemaError(where, f"low {_short(ci['low'])} above high {_short(ci['high'])}")
 
 
-def _validate_run_extras(record: dict[str, Any], where: str) -> None:
+def _validate_run_extras(record: Record, where: str) -> None:
     """duration_s, the memory peaks, timing, pressure, live_reports (all optional)."""
     duration = record.get("duration_s")
     if duration is not None and not (is_number(duration) and duration > 0):
@@ -281,7 +282,7 @@ def _validate_run_extras(record: dict[str, Any], where: str) -> None:
                               "expected an object with time_s and iterations (numbers >= 0)")
 
 
-def _per_rank_bytes(record: dict[str, Any], key: str, where: str) -> None:
+def _per_rank_bytes(record: Record, key: str, where: str) -> None:
     peaks = record.get(key)
     if peaks is None:
         return

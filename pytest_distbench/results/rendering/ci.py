@@ -7,11 +7,9 @@ from a file written before it existed gets it from its samples, the same way.
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from ..document.record import Record
 from ..statistics.interval import half_width_pct, median_interval
-
-Record = dict[str, Any]
 
 TOO_FEW = "no CI: n too small"
 

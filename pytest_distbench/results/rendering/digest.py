@@ -8,12 +8,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import units
+from ..document.record import Record
 from . import table
 from .fit import wrap
 from .plot_spec import headline, measurement_name
 
 
-def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
+def family_lines(records: Iterable[Record]) -> list[str]:
     """`all_reduce  ws8    64 MiB  p50 ...` for every family, in table order: the rows at the
     family's largest world size and then its largest size."""
     by_family: dict[str, list[dict[str, Any]]] = {}
@@ -56,7 +57,7 @@ def _figures(point: list[dict[str, Any]]) -> str:
     return "; ".join(shown[:2] + more) or "no headline figure"
 
 
-def _words(record: dict[str, Any]) -> list[str]:
+def _words(record: Record) -> list[str]:
     """What may tell a record from others of its point: its test function, its parameters'
     values (not its size) and its measurement's name."""
     test = str(record.get("name", "")).split("[", 1)[0].split("::", 1)[0]

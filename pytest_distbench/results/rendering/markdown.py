@@ -13,10 +13,11 @@ from typing import Any
 
 from ... import registry
 from ..document.io import append_output
+from ..document.record import Record
 from . import table
 
 
-def render(records: Iterable[dict[str, Any]], environment: dict[str, Any] | None = None,
+def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
            comparison: Any = None, *, memory: bool = False) -> str:
     records = list(records)
     lines = ["## pytest-distbench results", ""]
@@ -55,7 +56,7 @@ def _table_and_notes(text: str) -> list[str]:
     return out
 
 
-def _environment_line(environment: dict[str, Any], records: list[dict[str, Any]]) -> str:
+def _environment_line(environment: dict[str, Any], records: list[Record]) -> str:
     worlds = sorted({r["world_size"] for r in records})
     parts = [f"torch {environment.get('torch', '?')}",
              f"CPU {environment.get('cpu_model') or '?'} ({environment.get('cpu_count')} "

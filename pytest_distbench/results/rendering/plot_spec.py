@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import registry, units
+from ..document.record import Record
 from ..statistics.stats import percentile
 from .ci import incomplete_text, p50_bounds, pct_text
 
-Record = dict[str, Any]
 OfTime = Callable[[Record, float], "float | None"]
 
 BAND_LOW, BAND_HIGH = 5, 95

@@ -8,13 +8,14 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import registry, units
+from ..document.record import Record
 from . import ci, fit
 from .plot_spec import bandwidth_cell, measurement_name
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
 
 
-def grouped(records: Iterable[dict[str, Any]]) -> list[tuple[GroupKey, list[dict[str, Any]]]]:
+def grouped(records: Iterable[Record]) -> list[tuple[GroupKey, list[Record]]]:
     """Records by table (family, backend, world size, device, placement), in first-seen order,
     each table's rows by size."""
     groups: dict[GroupKey, list[dict[str, Any]]] = {}
@@ -63,7 +64,7 @@ def title(family: str, backend: str, world_size: int, device: str, placement: st
     return text + (f"  | {said}" if said else "")
 
 
-def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
+def render_tables(records: Iterable[Record], *, memory: bool = False,
                   details: bool = False) -> str:
     """Every group's table; `memory` (--distbench-gpu-memory) adds the host RSS and GPU
     memory columns to every table, not only to those of pressured runs; `details` (-v) adds
@@ -86,7 +87,7 @@ def render_tables(records: Iterable[dict[str, Any]], *, memory: bool = False,
     return "\n\n".join(blocks)
 
 
-def family_text(family: str, rows: list[dict[str, Any]], tablefmt: str = "simple", *,
+def family_text(family: str, rows: list[Record], tablefmt: str = "simple", *,
                 memory: bool = False, details: bool = False) -> str:
     """One group's table: the family's own style (OSU, arras, ...) or nccl-tests style, and
     with `details` the detail block the family registered (the agent/observer seed's format).
@@ -132,7 +133,7 @@ _TIMING_NOTES = {
 }
 
 
-def timing_note(rows: list[dict[str, Any]]) -> str | None:
+def timing_note(rows: list[Record]) -> str | None:
     """The title's word on timing: None for host timing (every CPU table until now)."""
     timings = sorted({r.get("timing") for r in rows} & set(_TIMING_NOTES))
     if not timings:
@@ -154,23 +155,23 @@ GPU_HEADERS = ("GPU peak alloc/rank (MiB)", "GPU peak reserved/rank (MiB)")
 GPU_FIELDS = ("peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes")
 
 
-def _pressured(rows: list[dict[str, Any]]) -> bool:
+def _pressured(rows: list[Record]) -> bool:
     return any(r.get("pressure") for r in rows)
 
 
-def peak_rss_cell(record: dict[str, Any]) -> str:
+def peak_rss_cell(record: Record) -> str:
     """Each rank's peak RSS during the test in MiB, rank 0 first: "412/1438/1437"."""
     return _mib_cell(record, "peak_rss_bytes")
 
 
-def _mib_cell(record: dict[str, Any], key: str) -> str:
+def _mib_cell(record: Record, key: str) -> str:
     peaks = record.get(key)
     if not peaks:
         return "-"
     return "/".join(f"{p / 2**20:.0f}" for p in peaks)
 
 
-def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
+def render_group(rows: list[Record], tablefmt: str = "simple", *,
                  memory: bool = False) -> str:
     """The nccl-tests style table of one group's rows."""
     # An incomplete row's samples are only its bound: no bandwidth to average.
@@ -231,7 +232,7 @@ def render_group(rows: list[dict[str, Any]], tablefmt: str = "simple", *,
     return text
 
 
-def row_labels(rows: list[dict[str, Any]]) -> list[str] | None:
+def row_labels(rows: list[Record]) -> list[str] | None:
     """Each row's test, measurement name and the test's own parameters that differ between
     the rows (`test_rings::ring_all_reduce`, `test_step lr=0.1`), where two rows share a size,
     count and type (a user's ring all-reduce beside the built-in one); None where none do."""
@@ -259,7 +260,7 @@ SIZE_DEFINITION = ("size = the bytes measured: a requested size becomes whole el
                    "type, at least one per rank where each rank holds a share of the buffer")
 
 
-def merged_size_notes(rows: list[dict[str, Any]]) -> list[str]:
+def merged_size_notes(rows: list[Record]) -> list[str]:
     """One note per row that stands for several requested sizes (measured once) or for a
     requested size other than the one it shows, and then what the size column is."""
     notes = []

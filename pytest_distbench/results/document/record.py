@@ -1,0 +1,144 @@
+"""The benchmark record: one measurement's fields, from the pipeline to the results file.
+
+A record is JSON and is read as a dict everywhere (tables, comparisons, plots, the CLI on a
+saved file), so its type is a TypedDict rather than a class: the same value is built by
+harness/controller/outcome.py (`build_records`, from the ranks' `wire.Measurement`s), made
+plain by normalize.py, checked by schema.py and written under `benchmarks[i].distbench`.
+docs/results-schema.md documents every key; tests/test_record.py holds this type, the schema's
+checks and that table to the same keys, the same required keys and the same nullability.
+
+Nested objects are typed where a reader of this package reads their keys; `figures` and
+`params` belong to the families and the tests, and stay plain objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class P50Interval(TypedDict, total=False):
+    """`p50_ci`: the 95 % interval of `summary.p50` (statistics/interval.py)."""
+
+    level: float
+    method: str
+    low: float | None
+    high: float | None
+    half_width_pct: float | None
+
+
+class Incomplete(TypedDict):
+    """What was measured did not finish within its bound; the samples are that bound."""
+
+    bound_s: float
+    reason: str
+
+
+class LiveReport(TypedDict):
+    """One of rank 0's live reports, as the controller printed it (controller/live.py)."""
+
+    time_s: float
+    iterations: int
+    delay_s: float
+
+
+class Pressure(TypedDict, total=False):
+    """The pressure the ranks ran during the timed region (ranks/pressure.py)."""
+
+    ranks: list[int]
+    cpu_threads: int
+    allocate_bytes: int
+    touch_bytes: int
+    touch_once: bool
+    log_threads: int
+    log_lines: int
+    log_lines_written: int
+    print_env: bool
+    env: dict[str, dict[str, str]]
+
+
+class Precision(TypedDict):
+    """A precision-targeted run: the target and what the headline's interval achieved."""
+
+    target: float
+    achieved: float | None
+    met: bool
+    stopped_by: str | None
+    statistic: str
+
+
+class ABField(TypedDict, total=False):
+    """A/B mode's paired verdict against the live baseline (harness/ab/mode.py)."""
+
+    baseline: str
+    rounds: int
+    round_statistic: str
+    baseline_round_s: list[float]
+    candidate_round_s: list[float]
+    baseline_p50_s: list[float]
+    candidate_p50_s: list[float]
+    baseline_rounds: list[dict[str, float]]  # each round's summary
+    candidate_rounds: list[dict[str, float]]
+    ratio: float
+    ratio_low: float | None
+    ratio_high: float | None
+    p_value: float
+    verdict: str
+    detectable: float | None
+    gateable: bool
+    threshold: float
+    wall_s: float
+
+
+class _Identity(TypedDict):
+    """The keys every record has (the required ones of docs/results-schema.md)."""
+
+    id: str
+    name: str
+    family: str
+    backend: str
+    world_size: int
+    device: str
+    samples: list[float]
+    summary: dict[str, float]  # schema.SUMMARY_KEYS, statistics.stats.Summary's fields
+
+
+class Record(_Identity, total=False):
+    """`benchmarks[i].distbench`. `X | None` where the schema accepts null; a key without
+    None may still be absent (docs/results-schema.md says which are written always)."""
+
+    placement: str | None
+    params: dict[str, Any]
+    figures: dict[str, Any]
+    nbytes: int | None
+    count: int | None
+    dtype: str | None
+    busbw_factor: float | None
+    warmup: int | None
+    iterations: int | None
+    rank_samples: list[list[float]]
+    p50_ci: P50Interval | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int | None
+    skew: float | None
+    stalls: int | None
+    threshold: float | None
+    requested_nbytes: list[int] | None
+    ab: ABField
+    peak_rss_bytes: list[int] | None
+    timing: str | None
+    batch_iterations: int | None
+    peak_gpu_allocated_bytes: list[int] | None
+    peak_gpu_reserved_bytes: list[int] | None
+    timed_ranks: list[int] | None
+    elapsed_s: list[float | None] | None
+    precision: Precision
+    invalid: list[str] | None
+    incomplete: Incomplete | None
+    duration_s: float | None
+    pressure: Pressure | None
+    live_reports: list[LiveReport] | None
+
+
+REQUIRED_KEYS: frozenset[str] = Record.__required_keys__
+RECORD_KEYS: frozenset[str] = Record.__required_keys__ | Record.__optional_keys__
