@@ -121,7 +121,7 @@ def report_figures(item: pytest.Function, records: list[dict[str, Any]],
                    verdicts: dict[str, Any]) -> None:
     """JUnit properties of the test, and the figures its `-v` line ends with."""
     from .results.rendering.junit import properties
-    from .results.rendering.plot_spec import headline
+    from .results.rendering.registered import headline
 
     item.user_properties.extend(properties(records, verdicts))
     text = headline(records)

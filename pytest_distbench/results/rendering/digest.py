@@ -10,7 +10,8 @@ from typing import Any
 from ... import units
 from . import table
 from .fit import wrap
-from .plot_spec import headline, measurement_name
+from .plot_spec import measurement_name
+from .registered import headline
 
 
 def family_lines(records: Iterable[dict[str, Any]]) -> list[str]:
