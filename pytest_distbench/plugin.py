@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import collection, gating, outputs
+from . import collection, gating, outputs, registry
 from . import settings as settings_module
 from .harness.controller.outcome import RankLocal
 from .harness.controller.session import SESSION_KEY
@@ -23,6 +23,12 @@ from .harness.wire import RANK_FIXTURES
 SKIP_REASON = "distbench benchmark: run with --distbench"
 # A/B mode and baseline options (checks, their summary) live in their own plugin module.
 pytest_plugins = ["pytest_distbench.gating"]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -128,6 +134,8 @@ def pytest_report_header(config: pytest.Config) -> Any:
     run (176 columns, and none of its settings apply to a distbench test; it has no option to
     turn the banner off)."""
     headers = yield
+    # An external family that could not be used (registry.py), whether distbench runs or not.
+    headers.extend(registry.family_problems())
     distbench = config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return headers

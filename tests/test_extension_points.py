@@ -148,7 +148,7 @@ def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monke
         "                figures={'zz_codec': lambda record: {'ratio': 2}},\n"
         "                plots=(default_spec('zz_codec'),))\n")
     monkeypatch.setattr(families_package, "__path__", [*families_package.__path__, str(tmp_path)])
-    registry.families.cache_clear()
+    registry.found.cache_clear()
     try:
         record = {"family": "zz_codec", "backend": "gloo", "world_size": 2, "device": "cpu",
                   "nbytes": 4, "id": "a", "name": "a", "figures": {"own": 1}}
@@ -156,7 +156,7 @@ def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monke
         assert registry.completed_figures(record) == {"own": 1, "ratio": 2}
         assert registered.spec_for(record).name == "zz_codec"
     finally:
-        registry.families.cache_clear()
+        registry.found.cache_clear()
 
 
 def test_an_invalid_record_fails_its_test_and_keeps_the_others(pytester, distbench_run):

@@ -1,0 +1,31 @@
+"""Hooks a conftest.py or another plugin may implement (plugin.py adds them in
+`pytest_addhooks`, as pytest-xdist adds its newhooks.py). docs/architecture.md, "Extending",
+shows both in a conftest.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.hookspec
+def pytest_distbench_environment(config: pytest.Config) -> dict[str, Any] | None:
+    """Facts to add to the results document's environment section (`distbench.environment`),
+    e.g. ``{"cluster": "lab-a"}``: JSON values under names the plugin does not use itself.
+
+    Called once, where the document is built (the pytest process that writes the results: the
+    controller under xdist, rank 0 under a launcher); a name the plugin sets, or a value JSON
+    cannot hold, fails the session with a line naming it.
+    """
+
+
+@pytest.hookspec
+def pytest_distbench_record(config: pytest.Config, record: dict[str, Any]) -> None:
+    """One benchmark record as the session keeps it (the fields of docs/results-schema.md's
+    ``distbench`` object; read it, do not change it).
+
+    Called in the pytest process that ran the test (never in a rank: the local controller, the
+    xdist worker, or rank 0 under a launcher), once per record, as the test's records are kept:
+    before its baseline gate, so a record whose test then fails is seen too, as it is written.
+    """
