@@ -25,7 +25,8 @@ def pytest_distbench_record(config: pytest.Config, record: dict[str, Any]) -> No
     """One benchmark record as the session keeps it (the fields of docs/results-schema.md's
     ``distbench`` object; read it, do not change it).
 
-    Called in the pytest process that ran the test (never in a rank: the local controller, the
-    xdist worker, or rank 0 under a launcher), once per record, as the test's records are kept:
-    before its baseline gate, so a record whose test then fails is seen too, as it is written.
+    Called where the test is judged, once per record, as the session keeps it (before the
+    baseline gate: a record whose test then fails is written, and seen, too): in the pytest
+    process that started the ranks (an xdist worker under xdist), or in rank 0's under a
+    launcher (torchrun started every rank's pytest); never inside a rank's test body.
     """
