@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import io
 import subprocess
 import sys
@@ -107,11 +108,8 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = importlib.util.resolve_name("." * node.level + (node.module or ""),
+                                                 package)
             found |= {target} | {f"{target}.{alias.name}" for alias in node.names}
     return {name for name in found if name.split(".")[0] == PACKAGE}
 

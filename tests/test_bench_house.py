@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from scripts import loaded
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_house.py"
 
 
 @pytest.fixture(scope="module")
 def bh():
-    spec = importlib.util.spec_from_file_location("bench_house", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_house"] = module  # dataclasses look their module up while built
-    try:
-        spec.loader.exec_module(module)
+    with loaded(SCRIPT) as module:
         yield module
-    finally:
-        del sys.modules["bench_house"]
 
 
 def body(lines: int) -> str:
