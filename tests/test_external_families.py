@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launching import launch
 
 from pytest_distbench import registry
 from pytest_distbench.results.rendering import table
@@ -131,7 +132,10 @@ def documented_conftest() -> str:
     return "\n".join(line[2:] for line in block.splitlines()) + "\n"  # the list's indent
 
 
-def test_the_documented_hooks_add_facts_and_see_every_record(pytester, distbench_run):
+@pytest.mark.parametrize("mode", ["local", "ab", "launcher"])
+def test_the_documented_hooks_add_facts_and_see_every_record(pytester, distbench_run, mode):
+    """Each kept record seen once, wherever the mode judges it (A/B: the merged candidate's;
+    a launcher: rank 0's pytest alone)."""
     pytester.makeconftest(documented_conftest())
     pytester.makepyfile(
         """
@@ -144,12 +148,19 @@ def test_the_documented_hooks_add_facts_and_see_every_record(pytester, distbench
         """
     )
     out = pytester.path / "run.json"
-    result = distbench_run("--distbench", "--world-size=2", "--distbench-iterations=3",
-                           f"--distbench-json={out}")
-    result.assert_outcomes(passed=1)
+    args = ["--distbench", "--distbench-iterations=3", f"--distbench-json={out}"]
+    if mode == "launcher":
+        ranks = launch(pytester.path, "slurm", 2, args, timeout=120)
+        assert [r.returncode for r in ranks] == [0, 0], ranks[0].output + ranks[1].output
+    else:
+        ab = ["--distbench-baseline-env=DISTBENCH_UNUSED=1", "--distbench-rounds=2"]
+        result = distbench_run(*args, "--world-size=2", *(ab if mode == "ab" else []))
+        result.assert_outcomes(passed=1)
     document = json.loads(out.read_text())
     environment = document["distbench"]["environment"]
     assert (environment["cluster"], environment["rack"]) == ("lab-a", 7)
+    assert (environment["launcher"]["name"] != "local") == (mode == "launcher")
+    assert all(("ab" in b["distbench"]) == (mode == "ab") for b in document["benchmarks"])
     records = {b["distbench"]["name"]: b["distbench"]["summary"]["p50"]
                for b in document["benchmarks"]}
     seen = [line.split() for line in (pytester.path / "seen.txt").read_text().splitlines()]
