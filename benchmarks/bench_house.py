@@ -272,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         houses[args.against] = counted_at(args.path, args.against)
     houses[str(args.path) if args.path != REPOSITORY else "this tree"] = count(args.path)
-    print(report(houses))
+    try:
+        print(report(houses))
+    except BrokenPipeError:  # piped into head: not worth a traceback
+        sys.stderr.close()
     return 0
 
 
