@@ -128,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in ("compare", "plot"):
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
+    from pytest_distbench.registry import family_problems
+
+    for line in family_problems():  # its tables and plots are missing from what follows
+        print(f"{PROG}: WARNING: {line}", file=sys.stderr)
     try:
         return _compare(args) if args.command == "compare" else _plot(args)
     except BrokenPipeError:

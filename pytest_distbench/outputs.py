@@ -9,6 +9,7 @@ lie.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -103,7 +104,7 @@ def report_figures(item: pytest.Function, records: list[dict[str, Any]],
                    verdicts: dict[str, Any]) -> None:
     """JUnit properties of the test, and the figures its `-v` line ends with."""
     from .results.rendering.junit import properties
-    from .results.rendering.plot_spec import headline
+    from .results.rendering.registered import headline
 
     item.user_properties.extend(properties(records, verdicts))
     text = headline(records)
@@ -149,6 +150,7 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     if bounds is not None:  # what the sanity rules held this run's figures to
         environment["machine_bounds"] = bounds.as_dict()
     environment.update(distbench.environment_facts())  # launcher, hosts, xdist workers
+    _add_hooked_facts(config, distbench, environment)
     document = storage.make_document(distbench.records, environment, list(sys.argv))
     options = of_session(config)
     json_path = options.json
@@ -168,6 +170,29 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     if markdown_path:
         _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory)
     return not distbench.output_errors
+
+
+def _add_hooked_facts(config: pytest.Config, distbench: Session,
+                      environment: dict[str, Any]) -> None:
+    """What pytest_distbench_environment hooks (hookspecs.py) add to the environment. A name
+    the plugin already set, or a value JSON cannot hold, fails the session with a line; the
+    document is written without it."""
+    hook = "pytest_distbench_environment"
+    for facts in config.hook.pytest_distbench_environment(config=config):
+        if not isinstance(facts, dict):
+            _failed(distbench, f"{hook} returned a {type(facts).__name__}, not a dict of facts")
+            continue
+        for name, value in facts.items():
+            if not isinstance(name, str) or name in environment:
+                _failed(distbench, f"{hook}: {name!r} is not a name of its own (the plugin's "
+                                   "environment already has it, or it is not a string)")
+                continue
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                _failed(distbench, f"{hook}: {name!r} is not a JSON value: {exc}")
+                continue
+            environment[name] = value
 
 
 def nothing_measured(config: pytest.Config, distbench: Session) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import collection, gating, outputs
+from . import collection, gating, outputs, registry
 from . import settings as settings_module
 from .harness.controller.outcome import RankLocal
 from .harness.controller.session import SESSION_KEY
@@ -24,6 +24,12 @@ SKIP_REASON = "distbench benchmark: run with --distbench"
 # settings.py adds every option and resolves the session's settings. Registered last, its
 # tryfirst pytest_configure runs before gating's (pluggy calls later registrations first).
 pytest_plugins = ["pytest_distbench.gating", "pytest_distbench.settings"]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,6 +128,8 @@ def pytest_report_header(config: pytest.Config) -> Any:
     run (176 columns, and none of its settings apply to a distbench test; it has no option to
     turn the banner off)."""
     headers = yield
+    # An external family that could not be used (registry.py), whether distbench runs or not.
+    headers.extend(registry.family_problems())
     distbench = config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return headers

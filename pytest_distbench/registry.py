@@ -4,7 +4,10 @@ Every package under pytest_distbench/families/ with a ``family.py`` states there
 ``FAMILY = Family(...)``, all that settings.py, harness/ and results/ need to know of it: its
 settings, its table styles, the figures derived from its finished records and its plots. They
 are found by importing each such module (families()); nothing below the families names one, so
-adding a family touches families/<name>/ and suites/ only.
+adding a family touches families/<name>/ and suites/ only. A family outside the package names
+its registration module (or its FAMILY itself) in its own distribution's entry points, group
+``pytest_distbench.families``; those come after the built-in ones, and one that cannot be used
+is left out with a line saying why (family_problems()), never a traceback.
 
 Registration modules import no torch and no pytest: `pytest-distbench plot` reads the plots
 without either, and settings.py reads the settings while pytest is still starting.
@@ -18,13 +21,17 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .results.rendering.plot_spec import PlotSpec
 
 FAMILIES_PACKAGE = "pytest_distbench.families"
 REGISTRATION_MODULE = "family"
+ENTRY_POINT_GROUP = "pytest_distbench.families"
+# What a family keys by record family: two families must not claim one record family in any.
+RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
 
 Record = dict[str, Any]
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
@@ -78,17 +85,73 @@ class Family:
     details: Mapping[str, TableStyle] = field(default_factory=dict)
 
 
+class Found(NamedTuple):
+    families: tuple[Family, ...]
+    problems: tuple[str, ...]  # one line per external family left out
+
+
 @cache
-def families() -> tuple[Family, ...]:
-    """Every family package's FAMILY, in package name order; a helper package without a
-    registration module (transports) is not a family."""
+def found() -> Found:
+    """The built-in family packages' FAMILY, in package name order (a helper package without a
+    registration module, transports, is not a family), then the external ones in entry point
+    name order."""
     package = importlib.import_module(FAMILIES_PACKAGE)
-    found = []
+    built_in = []
     for info in pkgutil.iter_modules(package.__path__, FAMILIES_PACKAGE + "."):
         module = f"{info.name}.{REGISTRATION_MODULE}"
         if info.ispkg and importlib.util.find_spec(module) is not None:
-            found.append(importlib.import_module(module).FAMILY)
-    return tuple(found)
+            built_in.append(importlib.import_module(module).FAMILY)
+    families, problems = list(built_in), []
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        try:
+            families.append(_external(point, families))
+        except ExternalFamilyError as exc:
+            problems.append(f"distbench: family entry point {_described(point)} left out: {exc}")
+    return Found(tuple(families), tuple(problems))
+
+
+def families() -> tuple[Family, ...]:
+    return found().families
+
+
+def family_problems() -> tuple[str, ...]:
+    """A line for each external family that was left out, saying which and why."""
+    return found().problems
+
+
+class ExternalFamilyError(Exception):
+    pass
+
+
+def _described(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    owner = f" of {dist.metadata['Name']} {dist.version}" if dist is not None else ""
+    return f"'{point.name} = {point.value}'{owner}"
+
+
+def _external(point: EntryPoint, known: list[Family]) -> Family:
+    """The family an entry point names, checked against those found before it."""
+    try:
+        loaded = point.load()
+    except Exception as exc:  # noqa: BLE001 - third-party code: any error, said in one line
+        raise ExternalFamilyError(f"{type(exc).__name__}: {exc}") from None
+    family = loaded if isinstance(loaded, Family) else getattr(loaded, "FAMILY", None)
+    if not isinstance(family, Family):
+        raise ExternalFamilyError("it exports no FAMILY = pytest_distbench.registry.Family(...)")
+    for other in known:
+        if family.name == other.name:
+            raise ExternalFamilyError(f"family {family.name!r} is already registered")
+        for kind in RECORD_FAMILY_KINDS:
+            taken = set(getattr(family, kind)) & set(getattr(other, kind))
+            if taken:
+                raise ExternalFamilyError(f"record family {min(taken)!r} already has {kind} "
+                                          f"from family {other.name!r}")
+        ours = {s.name for s in family.settings} | {s.option for s in family.settings}
+        taken = ours & ({s.name for s in other.settings} | {s.option for s in other.settings})
+        if taken:
+            raise ExternalFamilyError(f"setting {min(taken)!r} is already family "
+                                      f"{other.name!r}'s")
+    return family
 
 
 def _by_record_family(kind: str) -> dict[str, Any]:

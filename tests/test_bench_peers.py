@@ -3,13 +3,13 @@ ratio table) and, marked slow, one quick round of real sessions."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import loaded
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_peers.py"
@@ -17,14 +17,8 @@ SCRIPT = ROOT / "benchmarks" / "bench_peers.py"
 
 @pytest.fixture(scope="module")
 def bp():
-    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_peers"] = module  # dataclasses look their module up while built
-    try:
-        spec.loader.exec_module(module)
+    with loaded(SCRIPT) as module:
         yield module
-    finally:
-        sys.modules.pop("bench_peers", None)
 
 
 @pytest.mark.parametrize("name", ["all_reduce", "all_gather"])

@@ -136,7 +136,7 @@ def test_families_register_in_one_module_each_without_torch_or_pytest():
 def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monkeypatch):
     import pytest_distbench.families as families_package
     from pytest_distbench import registry
-    from pytest_distbench.results.rendering import plot_spec, table
+    from pytest_distbench.results.rendering import registered, table
 
     package = tmp_path / "zz_codec"
     package.mkdir()
@@ -148,15 +148,15 @@ def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monke
         "                figures={'zz_codec': lambda record: {'ratio': 2}},\n"
         "                plots=(default_spec('zz_codec'),))\n")
     monkeypatch.setattr(families_package, "__path__", [*families_package.__path__, str(tmp_path)])
-    registry.families.cache_clear()
+    registry.found.cache_clear()
     try:
         record = {"family": "zz_codec", "backend": "gloo", "world_size": 2, "device": "cpu",
                   "nbytes": 4, "id": "a", "name": "a", "figures": {"own": 1}}
         assert "codec table" in table.render_tables([record])
         assert registry.completed_figures(record) == {"own": 1, "ratio": 2}
-        assert plot_spec.spec_for(record).name == "zz_codec"
+        assert registered.spec_for(record).name == "zz_codec"
     finally:
-        registry.families.cache_clear()
+        registry.found.cache_clear()
 
 
 def test_an_invalid_record_fails_its_test_and_keeps_the_others(pytester, distbench_run):

@@ -18,7 +18,15 @@ from tables import read_table, unwrapped
 
 from pytest_distbench.results.comparison.verdict import compare_documents
 from pytest_distbench.results.document import write_document
-from pytest_distbench.results.rendering import ci, junit, markdown, plot, plot_spec, table
+from pytest_distbench.results.rendering import (
+    ci,
+    junit,
+    markdown,
+    plot,
+    plot_spec,
+    registered,
+    table,
+)
 from pytest_distbench.results.statistics.ratio import ratio_interval
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -63,7 +71,7 @@ def test_contract_family_names_all_have_a_spec():
                 "all_to_all", "barrier", "p2p_latency", "p2p_bandwidth", "p2p_bibw",
                 "p2p_message_rate_pairs", "message_rate", "rpc_latency", "rpc_throughput",
                 "rpc_transports", "agent_observer", "store_init", "store_barrier", "store_ops"]
-    missing = [f for f in families if plot_spec.spec_for({"family": f}) is None]
+    missing = [f for f in families if registered.spec_for({"family": f}) is None]
     assert missing == []
 
 
@@ -168,18 +176,18 @@ def test_headlines_per_family():
     low, high = ci.p50_bounds(busbw)
     time_pct = ci.pct_text(100 * (high - low) / 2 / p50)
     rate_pct = ci.pct_text(ci.rate_pct(busbw))
-    assert plot_spec.headline([busbw]) == (
+    assert registered.headline([busbw]) == (
         f"p50 {plot_spec.significant(p50 * 1e6)} us {time_pct}, "
         f"busbw {plot_spec.significant((1 << 20) / p50 / 1e9)} GB/s {rate_pct}")
     rate = plot_data.message_rate()[0]
-    assert re.search(r"MB/s ± [\d.]+ %$", plot_spec.headline([rate]))
-    assert "msgs/s ± " in plot_spec.headline([rate])
+    assert re.search(r"MB/s ± [\d.]+ %$", registered.headline([rate]))
+    assert "msgs/s ± " in registered.headline([rate])
     p2p = plot_data.p2p()[0]
     one_way = p2p["summary"]["p50"] / 2 * 1e6
-    assert plot_spec.headline([p2p]) == (f"one-way {plot_spec.significant(one_way)} us "
+    assert registered.headline([p2p]) == (f"one-way {plot_spec.significant(one_way)} us "
                                          f"{ci.pct_text(ci.p50_pct(p2p))}")
     custom = dict(busbw, family="my_own_benchmark")
-    assert plot_spec.headline([custom]) == f"p50 {plot_spec.significant(p50 * 1e6)} us {time_pct}"
+    assert registered.headline([custom]) == f"p50 {plot_spec.significant(p50 * 1e6)} us {time_pct}"
 
 
 def test_junit_properties_hold_the_figures_and_the_verdict():
@@ -330,7 +338,7 @@ def test_every_output_carries_the_p50_interval():
     assert props["p50_ci_low_us"] <= props["p50_us"] <= props["p50_ci_high_us"]
     assert props["p50_ci_pct"] > 0
     assert re.fullmatch(r"p50 [\d,.]+ us ± [\d.]+ %, busbw [\d.]+ GB/s ± [\d.]+ %",
-                        plot_spec.headline([record]))
+                        registered.headline([record]))
     text = markdown.render([record])
     assert ("### all\\_reduce · backend gloo · 2 ranks · cpu · time: p50 of the slowest rank "
             "per iteration ± 95 % CI") in text
@@ -342,7 +350,7 @@ def test_every_output_carries_the_p50_interval():
 
 def test_a_plot_draws_the_p50_interval_as_error_bars(tmp_path):
     record = _stalling_all_reduce()
-    (spec,) = [s for s in plot_spec.specs() if s.name == "collectives"]
+    (spec,) = [s for s in registered.specs() if s.name == "collectives"]
     time_value = spec.panels[1].values[0]
     low, high = time_value.interval(record)
     assert low < time_value.at(record) < high
@@ -389,7 +397,7 @@ def test_a_narrow_log_axis_gets_several_labelled_ticks_and_banded_lines_their_ow
 
     from pytest_distbench.results.rendering.plot import _legend, _style_axes
 
-    (spec,) = [s for s in plot_spec.specs() if s.name == "agent_observer"]
+    (spec,) = [s for s in registered.specs() if s.name == "agent_observer"]
     fig, ax = plt.subplots()
     line = ax.plot([8, 8, 8, 8], [1.39, 1.49, 1.94, 2.65], "o", label="p50")[0]
     ax.fill_between([8, 8], [1.3, 1.3], [2.7, 2.7], color=line.get_color(), alpha=0.18)
@@ -406,7 +414,7 @@ def test_a_narrow_log_axis_gets_several_labelled_ticks_and_banded_lines_their_ow
 
 def test_every_plot_footer_cites_only_files_of_the_repository():
     root = Path(__file__).resolve().parent.parent
-    for spec in plot_spec.specs():
+    for spec in registered.specs():
         for cited in re.findall(r"[\w./-]+\.md", spec.note):
             assert (root / cited).is_file(), f"{spec.name} cites {cited}"
 
@@ -481,9 +489,9 @@ def test_a_users_named_measurements_are_told_apart_in_the_rows_and_the_verbose_l
                   for s, lr in ((1e-4, 0.1), (2e-4, 1.0)))
     _, rows = read_table(table.render_tables([fast, slow]).splitlines()[1:])
     assert [row[0] for row in rows] == ["test_my_step lr=0.1", "test_my_step lr=1.0"]
-    verbose = plot_spec.headline([ring, builtin])
+    verbose = registered.headline([ring, builtin])
     assert re.fullmatch(r"ring_all_reduce: p50 .*; builtin_all_reduce: p50 .*", verbose)
-    assert not plot_spec.headline([ring]).startswith("ring_all_reduce")  # one: no name needed
+    assert not registered.headline([ring]).startswith("ring_all_reduce")  # one: no name needed
 
 
 @given(st.integers(1, 1 << 34), st.floats(1e-6, 1.0))
@@ -492,7 +500,7 @@ def test_a_verbose_line_prints_bandwidth_as_the_tables_do(nbytes, seconds):
 
     made = plot_data.record("all_reduce", nbytes=nbytes, seconds=seconds, n=8,
                             busbw_factor=1.0)
-    assert f"busbw {table.bandwidth_cell(BUSBW.at(made))} ± " in plot_spec.headline([made])
+    assert f"busbw {table.bandwidth_cell(BUSBW.at(made))} ± " in registered.headline([made])
 
 
 def test_a_requested_size_other_than_the_measured_one_is_noted_with_the_definition():
@@ -544,7 +552,7 @@ def test_a_record_that_did_not_complete_is_a_row_never_a_figure(tmp_path):
     row = next(line for line in table.render_tables([late]).splitlines()
                if "did not complete" in line)
     assert "did not complete in 120 s" in row and "120000000" not in row
-    assert plot_spec.headline([late]) == "did not complete in 120 s"
+    assert registered.headline([late]) == "did not complete in 120 s"
     assert dict(junit.record_properties(late))["incomplete"].startswith(
         "did not complete in 120 s: wait timeout")
     bad = copy.deepcopy(stored)

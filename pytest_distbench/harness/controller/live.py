@@ -154,7 +154,7 @@ def closing_line(record: Record) -> str:
     totals (figures of its record, the table's cells), else the record's headline figures.
     The live lines' Time is rank 0's clock since the timed region began, the waits at chunk
     ends included, so their last TOTALS may read a little slower than this."""
-    from ...results.rendering.plot_spec import headline
+    from ...results.rendering.registered import headline
 
     f = record.get("figures") or {}
     if f.get("total_messages") and f.get("total_s") and f.get("msgs_per_s"):

@@ -211,7 +211,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
     _add_environment_section(item, records)
     broken = _mark_invalid(records)
     if keep is not None:
-        keep.extend(records)
+        keep_records(item.config, keep, records)
     if broken:
         pytest.fail(label + broken, pytrace=False)
     wrong = sum(r["wrong"] or 0 for r in records)
@@ -223,6 +223,15 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             pytrace=False,
         )
     return records
+
+
+def keep_records(config: pytest.Config, kept: list[dict[str, Any]],
+                 records: list[dict[str, Any]]) -> None:
+    """The session keeps a test's records for its outputs; each is shown to the
+    pytest_distbench_record hooks (hookspecs.py) as it is kept."""
+    kept.extend(records)
+    for record in records:
+        config.hook.pytest_distbench_record(config=config, record=record)
 
 
 ENDED_EARLY = ("skipped", "xfailed")  # pytest.skip, pytest.xfail in a body

@@ -11,7 +11,8 @@ from ... import units
 from ..document.record import Record
 from . import table
 from .fit import wrap
-from .plot_spec import headline, measurement_name
+from .plot_spec import measurement_name
+from .registered import headline
 
 
 def family_lines(records: Iterable[Record]) -> list[str]:

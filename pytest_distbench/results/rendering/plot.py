@@ -28,9 +28,8 @@ from .plot_spec import (
     group_records,
     lookup,
     significant,
-    spec_for,
-    specs,
 )
+from .registered import spec_for, specs
 
 MISSING_MATPLOTLIB = (
     "plots need matplotlib, which is not installed: pip install \"pytest-distbench[plot]\" "

@@ -17,14 +17,14 @@ Values are read from a record (the dicts of the results file, see docs/results-s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import registry, units
+from ... import units
 from ..document.record import Record
 from ..statistics.stats import percentile
-from .ci import incomplete_text, p50_bounds, pct_text
+from .ci import p50_bounds, pct_text
 
 OfTime = Callable[[Record, float], "float | None"]
 
@@ -188,20 +188,6 @@ class PlotSpec:
         return record.get("family") in self.families
 
 
-def specs() -> tuple[PlotSpec, ...]:
-    """Every family's plots (families/<f>/family.py), in the registry's order."""
-    return registry.plot_specs()
-
-
-def spec_for(record: Record) -> PlotSpec | None:
-    """The spec that draws this record (the last registered that accepts it), if any."""
-    found = None
-    for spec in specs():
-        if spec.accepts(record):
-            found = spec
-    return found
-
-
 def significant(value: float, digits: int = 3) -> str:
     """`digits` significant digits without an exponent: 0.000123, 1.23, 123, 12346."""
     if value == 0 or not math.isfinite(value):
@@ -244,27 +230,6 @@ def measurement_name(record: Record) -> str | None:
     name = str(record.get("name") or "")
     tail = name.rsplit("]", 1)[-1]
     return tail.rsplit("::", 1)[-1] if "::" in tail else None
-
-
-def headline(records: Sequence[Record]) -> str:
-    """The figures a test's `-v` line ends with, e.g. 'p50 12.3 us, busbw 1.23 GB/s'."""
-    parts = []
-    for record in records:
-        incomplete = incomplete_text(record)
-        if incomplete:
-            parts.append(incomplete)
-            continue
-        spec = spec_for(record)
-        lines = spec.headline if spec is not None else DEFAULT_HEADLINE
-        texts = [t for t in (h.text(record) for h in lines) if t]
-        measured = measurement_name(record)
-        if texts:
-            # Several measurements of one test: each says whose figures these are.
-            named = len(records) > 1 and measured
-            parts.append((f"{measured}: " if named else "") + ", ".join(texts))
-    if len(parts) > 3:
-        parts = parts[:3] + [f"... {len(parts) - 3} more"]
-    return "; ".join(parts)
 
 
 # -- the vocabulary the families' specs share, and the spec of a family without one -----------

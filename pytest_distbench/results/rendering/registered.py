@@ -1,0 +1,49 @@
+"""What the families' registered plots make of a record: the spec that draws it, and the
+figures a test's `-v` line ends with.
+
+Apart from plot_spec.py, the specs' own vocabulary, so that registry.py can name `PlotSpec` in
+`Family` while this module asks the registry for every family's specs (no import circle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ... import registry
+from .ci import incomplete_text
+from .plot_spec import DEFAULT_HEADLINE, PlotSpec, Record, measurement_name
+
+
+def specs() -> tuple[PlotSpec, ...]:
+    """Every family's plots (families/<f>/family.py), in the registry's order."""
+    return registry.plot_specs()
+
+
+def spec_for(record: Record) -> PlotSpec | None:
+    """The spec that draws this record (the last registered that accepts it), if any."""
+    found = None
+    for spec in specs():
+        if spec.accepts(record):
+            found = spec
+    return found
+
+
+def headline(records: Sequence[Record]) -> str:
+    """The figures a test's `-v` line ends with, e.g. 'p50 12.3 us, busbw 1.23 GB/s'."""
+    parts = []
+    for record in records:
+        incomplete = incomplete_text(record)
+        if incomplete:
+            parts.append(incomplete)
+            continue
+        spec = spec_for(record)
+        lines = spec.headline if spec is not None else DEFAULT_HEADLINE
+        texts = [t for t in (h.text(record) for h in lines) if t]
+        measured = measurement_name(record)
+        if texts:
+            # Several measurements of one test: each says whose figures these are.
+            named = len(records) > 1 and measured
+            parts.append((f"{measured}: " if named else "") + ", ".join(texts))
+    if len(parts) > 3:
+        parts = parts[:3] + [f"... {len(parts) - 3} more"]
+    return "; ".join(parts)
