@@ -90,6 +90,17 @@ class Found(NamedTuple):
     problems: tuple[str, ...]  # one line per external family left out
 
 
+# Names and options of distbench's own settings (settings.py reserves them before it reads the
+# families' rows): an external family that takes one is left out, not a traceback at start-up.
+_reserved_settings: frozenset[str] = frozenset()
+
+
+def reserve_settings(names: frozenset[str]) -> None:
+    global _reserved_settings
+    _reserved_settings = names
+    found.cache_clear()
+
+
 @cache
 def found() -> Found:
     """The built-in family packages' FAMILY, in package name order (a helper package without a
@@ -138,6 +149,10 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
     family = loaded if isinstance(loaded, Family) else getattr(loaded, "FAMILY", None)
     if not isinstance(family, Family):
         raise ExternalFamilyError("it exports no FAMILY = pytest_distbench.registry.Family(...)")
+    ours = {s.name for s in family.settings} | {s.option for s in family.settings}
+    if ours & _reserved_settings:
+        raise ExternalFamilyError(f"setting {min(ours & _reserved_settings)!r} is one of "
+                                  "distbench's own")
     for other in known:
         if family.name == other.name:
             raise ExternalFamilyError(f"family {family.name!r} is already registered")
@@ -146,7 +161,6 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
             if taken:
                 raise ExternalFamilyError(f"record family {min(taken)!r} already has {kind} "
                                           f"from family {other.name!r}")
-        ours = {s.name for s in family.settings} | {s.option for s in family.settings}
         taken = ours & ({s.name for s in other.settings} | {s.option for s in other.settings})
         if taken:
             raise ExternalFamilyError(f"setting {min(taken)!r} is already family "

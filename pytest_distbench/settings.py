@@ -203,6 +203,8 @@ def all_settings() -> tuple[Setting, ...]:
     """Every row, in --help's order: what to run and write, the core settings of a test, the
     harness's own (duration, pressure), each family's, then where worlds run and the
     baselines."""
+    own = _RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS + _WORLDS_AND_BASELINES
+    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None})
     return (_RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS
             + registry.family_settings() + _WORLDS_AND_BASELINES)
 

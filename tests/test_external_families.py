@@ -87,6 +87,16 @@ BROKEN = {
                                    "FAMILY = Family(name='zz_window', settings=(Setting(\n"
                                    "    'window', '--zz-window', '1', int, 'w'),))\n"},
         "setting 'window' is already family 'p2p''s"),
+    "taken_core_setting": (
+        "zz_budget", {"zz_budget": "from pytest_distbench.registry import Family, Setting\n"
+                                   "FAMILY = Family(name='zz_budget', settings=(Setting(\n"
+                                   "    'budget', '--zz-budget', '1', int, 'b'),))\n"},
+        "setting 'budget' is one of distbench's own"),
+    "taken_core_option": (
+        "zz_world", {"zz_world": "from pytest_distbench.registry import Family, Setting\n"
+                                 "FAMILY = Family(name='zz_world', settings=(Setting(\n"
+                                 "    'zz_ws', '--world-size', '1', int, 'w'),))\n"},
+        "setting '--world-size' is one of distbench's own"),
 }
 
 
