@@ -192,3 +192,21 @@ def test_the_digest_has_one_line_per_family_at_its_largest_point(points):
         assert int(world) == ws
         # The largest size at that world, exactly: a rounded label only where it is exact.
         assert size == f"{largest} B" or units.parse_size(size.replace(" ", "")) == largest
+
+
+def test_the_widest_nccl_tests_table_of_the_main_job_fits():
+    """The main job's all_reduce at 8 ranks up to 64 MiB: a 7-letter size, an 8-digit count, a
+    6-digit p50 with a starred interval: exactly 120 columns once the mean's header wraps (its
+    word "nccl-tests/PARAM" cannot), so a wider cell here needs another column to give way."""
+    import plot_data
+
+    from pytest_distbench.results.rendering import table
+
+    made = []
+    for power, seconds in ((2, 0.0045), (18, 0.023), (26, 0.268)):
+        record = plot_data.record("all_reduce", nbytes=1 << power, seconds=seconds,
+                                  world_size=8, n=6, busbw_factor=1.75)
+        record["precision"] = {"met": False}  # the starred interval: budget ran out
+        made.append(record)
+    text = table.render_tables(made)
+    assert "64 MiB" in text and max(map(len, text.splitlines())) <= WIDTH, text
