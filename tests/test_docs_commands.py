@@ -119,7 +119,12 @@ class Ran:
 
     @property
     def shown(self) -> str:
-        return f"$ {' '.join(self.argv)}\n{self.stdout[-6000:]}\n{self.stderr[-3000:]}"
+        """The command, its failures section (why a test failed: the tail alone is the tables
+        and the summary) and the tail of its output."""
+        start = self.stdout.find("= FAILURES =")
+        failures = "" if start < 0 else self.stdout[start:start + 8000] + "\n[...]\n"
+        return (f"$ {' '.join(self.argv)}\n{failures}{self.stdout[-6000:]}\n"
+                f"{self.stderr[-3000:]}")
 
 
 class Runner:
