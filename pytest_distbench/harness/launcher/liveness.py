@@ -13,6 +13,7 @@ wait that times out makes torch print a warning). A launcher that stops the run 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,7 +25,15 @@ from .storechannel import StoreChannel
 
 BEAT_S = 0.5  # how often each rank bumps its heartbeat
 SILENT_S = 10.0  # a rank on another host whose heartbeat stopped this long is dead
-GONE = '{"gone": true}'  # the marker put where a rank that is gone would have answered
+# The marker put where a rank that is gone would have answered: as posted, and as read back.
+GONE_VALUE = {"gone": True}
+GONE = json.dumps(GONE_VALUE)
+_GONE_BYTES = GONE.encode()
+
+
+def is_gone(raw: bytes) -> bool:
+    """Whether a key's raw bytes are the marker rather than what the rank posted."""
+    return raw == _GONE_BYTES
 
 
 class Heartbeat:

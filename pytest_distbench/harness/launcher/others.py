@@ -13,7 +13,7 @@ from ...settings import Settings
 from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .liveness import BEAT_S, GONE
+from .liveness import BEAT_S, GONE_VALUE
 from .session import FAILURE_GRACE_S, LauncherSession
 from .storechannel import StoreChannel, StoreLost, open_store
 
@@ -144,7 +144,7 @@ class OtherRankSession(LauncherSession):
             return None
         finally:
             self._heartbeat.expect_nothing()
-        if data == json.loads(GONE):
+        if data == GONE_VALUE:
             if self.watch.disarm():
                 self._lost_rank_0(running.item, "it is gone: its process ended or its "
                                                 "heartbeat stopped")

@@ -17,7 +17,7 @@ from ..controller.outcome import RunResult, describe_problems, judge, tag
 from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .liveness import GONE
+from .liveness import is_gone
 from .session import DONE_TIMEOUT_S, FAILURE_GRACE_S, STOP_LOOK_S, GateCheck, LauncherSession
 from .storechannel import StoreChannel
 
@@ -50,7 +50,7 @@ class RankZeroSession(LauncherSession):
             raws = self.channel.get_texts(keys)
         finally:
             self._heartbeat.expect_nothing()
-        if any(raw == GONE.encode() for raw in raws):
+        if any(map(is_gone, raws)):
             return None
         return {r: _read_outcome(r, raw) for r, raw in zip(others, raws, strict=True)}
 
@@ -72,7 +72,7 @@ class RankZeroSession(LauncherSession):
         present = [r for r in others if channel.has(running.key(wire.outcome(r)))]
         raws = dict(zip(present, channel.get_texts(
             [running.key(wire.outcome(r)) for r in present]), strict=True))
-        gone = [r for r, raw in raws.items() if raw == GONE.encode()]
+        gone = [r for r, raw in raws.items() if is_gone(raw)]
         posted = {r: _read_outcome(r, raw) for r, raw in raws.items() if r not in gone}
         return posted, [r for r in others if r not in posted], gone
 
