@@ -3,7 +3,7 @@
 Before the ranks run: `prepare` turns a pytest item into the task every rank runs (its
 arguments checked picklable, its memory pressure checked against the machine). After: `judge`
 turns what the ranks sent back (a RunResult, however it travelled: a local world's pipes, a
-launcher's link, an A/B variant's world) into the test's records, or into the failure or skip
+launcher's store, an A/B variant's world) into the test's records, or into the failure or skip
 pytest shows. Local, A/B and launcher mode all call these two, so a report section, a rank's
 tag or a check added here reaches every mode at once.
 """
