@@ -225,8 +225,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
     return records
 
 
-def keep_records(config: pytest.Config, kept: list[dict[str, Any]],
-                 records: list[dict[str, Any]]) -> None:
+def keep_records(config: pytest.Config, kept: list[Record], records: list[Record]) -> None:
     """The session keeps a test's records for its outputs; each is shown to the
     pytest_distbench_record hooks (hookspecs.py) as it is kept."""
     kept.extend(records)
