@@ -45,7 +45,10 @@ def test_a_monotone_transform_moves_the_interval_with_it(samples):
     low, high = median_interval(positive)
     assert math.isclose(rates[0], 1 / high) and math.isclose(rates[1], 1 / low)
     squared = median_interval([t * t for t in samples])
-    assert squared == (bounds[0] ** 2, bounds[1] ** 2)
+    # Within rounding, as the rates above: CI's hypothesis found 25.608949760517405 against
+    # 25.6089497605174 (the same order statistic, squared along another path).
+    assert squared is not None
+    assert math.isclose(squared[0], bounds[0] ** 2) and math.isclose(squared[1], bounds[1] ** 2)
 
 
 @given(st.integers(min_value=6, max_value=5000))
