@@ -91,6 +91,44 @@ def test_duration_run_stops_near_its_duration_with_every_rank_agreeing(pytester,
     assert all(1.35 <= e <= 2.5 for e in record["elapsed_s"]), record["elapsed_s"]
 
 
+def test_a_rank_whose_clock_started_first_does_not_stop_the_others_short(
+        pytester, distbench_run):
+    # Rank 2 has no work (as a rank off a message path) and its clock is set 0.3 s ahead
+    # once the run starts, as if it left the start barrier first: the working ranks must
+    # still time the whole duration by their own clocks (CI: a 0.2 s run stopped at 0.17 s).
+    pytester.makepyfile(
+        """
+        import time, types, pytest
+        from pytest_distbench.harness.ranks import measure
+
+        def skewed_clock():
+            real, calls = time.perf_counter, []
+
+            def perf_counter():
+                calls.append(None)
+                return real() + (0.3 if len(calls) > 1 else 0.0)
+            return types.SimpleNamespace(perf_counter=perf_counter)
+
+        @pytest.mark.distbench(duration="0.6s", warmup=1)
+        def test_skewed(distbench, monkeypatch):
+            if distbench.rank == 2:
+                run_for = measure.Distbench._run_for
+
+                def skewed_run_for(self, *args):
+                    monkeypatch.setattr(measure, "time", skewed_clock())
+                    return run_for(self, *args)
+                monkeypatch.setattr(measure.Distbench, "_run_for", skewed_run_for)
+            pause = 0.0 if distbench.rank == 2 else 0.05
+            distbench.measure(lambda: time.sleep(pause))
+        """
+    )
+    out = pytester.path / "out.json"
+    result = distbench_run("--distbench", "--world-size=3", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    elapsed = _record(out)["elapsed_s"]
+    assert elapsed[0] >= 0.6 * 0.9 and elapsed[1] >= 0.6 * 0.9, elapsed
+
+
 @pytest.mark.extended
 def test_live_lines_in_order_with_consistent_totals(pytester, distbench_run):
     pytester.makepyfile(BENCH)

@@ -383,11 +383,16 @@ class Distbench:
         run stopped early at MAX_DURATION_SAMPLES.
 
         Iterations run in chunks. After each chunk, every rank posts, in a non-blocking
-        all-reduce of two numbers on the control group, whether by its own clock the *next*
-        chunk will reach the duration and how long the chunk after it should be (~CHUNK_S at
-        its average pace so far). The all-reduce completes in the background while that next
-        chunk runs; at the chunk's end every rank reads the same answer (stop if any rank says
-        so; the shortest chunk any rank asks for) and stops or goes on together. The slowest
+        all-reduce of three numbers on the control group, whether by its own clock the *next*
+        chunk will reach the duration, whether the sample cap is near, and how long the chunk
+        after it should be (~CHUNK_S at its average pace so far). The all-reduce completes in
+        the background while that next chunk runs; at the chunk's end every rank reads the
+        same answer (stop once every rank's clock says the duration is reached, or any rank
+        nears the cap; the shortest chunk any rank asks for) and stops or goes on together.
+        Every rank, not any: a rank whose clock started earlier (it left the start barrier
+        first, or it has no work and runs a chunk ahead, waiting on its peers) would otherwise
+        stop the others short of the duration by their own clocks (CI: a 0.2 s run whose
+        working ranks timed 0.17 s). The latest clock costs at most the start skew. The slowest
         rank sets the pace: a rank with little or nothing to do per iteration (one that is not
         on a message path) cannot ask for chunks its peers would take minutes to run. So the
         loop carries no per-iteration traffic and no blocking synchronization, only one small
@@ -396,7 +401,8 @@ class Distbench:
         append = samples.append
         chunk_s = min(CHUNK_S, duration_s / 10)
         size = self._chunk_size(chunk_s, per_call)  # iterations in the chunk about to run
-        decision = torch.zeros(2, dtype=torch.float64)  # [stop after next chunk, size after]
+        # [sample cap near, duration not yet reached, -(size after next)], all read as MAX.
+        decision = torch.zeros(3, dtype=torch.float64)
         pending = None
         fastest = math.inf  # the fastest chunk's time per iteration so far
         start = time.perf_counter()
@@ -406,9 +412,9 @@ class Distbench:
                 append(timed())
             if pending is not None:
                 pending.wait()
-                stop, proposed = decision.tolist()
-                if stop:
-                    return stop > 1
+                capped, short, proposed = decision.tolist()
+                if capped or not short:
+                    return bool(capped)
                 size = int(-proposed)
             # The average since the start, waits included, sizes the chunk after next: a rank
             # ahead of a slower one is held back at chunk ends.
@@ -424,11 +430,10 @@ class Distbench:
             # sanity rule allows (two of the slowest iterations).
             reached = elapsed >= duration_s or (
                 pending is not None and elapsed + size * fastest >= duration_s)
-            # 1: the duration is reached; 2: the sample cap is.
-            capped = len(samples) + 2 * size > MAX_DURATION_SAMPLES
-            decision[0] = 2.0 if capped else float(reached)
+            decision[0] = float(len(samples) + 2 * size > MAX_DURATION_SAMPLES)
+            decision[1] = float(not reached)
             # Negated: the MAX of the reduction is then the shortest chunk asked for.
-            decision[1] = -float(self._chunk_size(chunk_s, rate))
+            decision[2] = -float(self._chunk_size(chunk_s, rate))
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
                                       async_op=True)
 
