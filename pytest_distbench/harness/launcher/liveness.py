@@ -13,6 +13,7 @@ wait that times out makes torch print a warning). A launcher that stops the run 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import threading
@@ -49,6 +50,11 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, name="distbench-heartbeat",
                                         daemon=True)
         self._thread.start()
+        # Rank 0 beats until it exits (peers on other hosts see it go by the silence). A daemon
+        # thread still inside a store call when the interpreter finalizes is cut off mid C++
+        # frame, which can abort the process (SIGABRT) after the report is out: atexit runs
+        # before that, while threads still run.
+        atexit.register(self.stop)
 
     def expect(self, ranks: list[int], key_of: Callable[[int], str]) -> None:
         """This rank now waits for each of `ranks` to set key_of(rank)."""
