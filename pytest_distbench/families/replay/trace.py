@@ -121,21 +121,38 @@ def group_size(trace: Trace, call: Call) -> int:
 def write(trace: Trace, directory: str | os.PathLike[str]) -> Path:
     """Write `trace` under `directory` (created), each file atomically; an existing trace
     there is refused rather than mixed with this one."""
+    out = refuse_existing(directory)
+    for rank, calls in sorted(trace.calls.items()):
+        write_rank(out, rank, calls)
+    write_manifest(out, trace)
+    return out
+
+
+def refuse_existing(directory: str | os.PathLike[str]) -> Path:
+    """The directory a new trace goes to (created): one that holds a trace is refused."""
     out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise TraceError(f"{out}: not a directory; a trace is a directory of JSON files")
     out.mkdir(parents=True, exist_ok=True)
     if (out / MANIFEST).exists():
         raise TraceError(f"{out / MANIFEST}: a trace is already there; give another directory")
-    for rank, calls in sorted(trace.calls.items()):
-        _write_json(out / rank_file(rank), {
-            "format": FORMAT + "-rank", "version": VERSION, "rank": rank,
-            "calls": [_call_json(c) for c in calls]})
-    _write_json(out / MANIFEST, {
+    return out
+
+
+def write_rank(directory: Path, rank: int, calls: list[Call]) -> None:
+    _write_json(directory / rank_file(rank), {
+        "format": FORMAT + "-rank", "version": VERSION, "rank": rank,
+        "calls": [_call_json(c) for c in calls]})
+
+
+def write_manifest(directory: Path, trace: Trace) -> None:
+    """The manifest, last: a directory without one is not (yet) a trace."""
+    _write_json(directory / MANIFEST, {
         "format": FORMAT, "version": VERSION, "name": trace.name,
         "world_size": trace.world_size, "backend": trace.backend, "device": trace.device,
         "steps": trace.steps, "source": trace.source, "skipped": trace.skipped,
         "groups": [{"id": g, "ranks": list(r)} for g, r in sorted(trace.groups.items())],
-        "ranks": {str(r): rank_file(r) for r in sorted(trace.calls)}})
-    return out
+        "ranks": {str(r): rank_file(r) for r in range(trace.world_size)}})
 
 
 def rank_file(rank: int) -> str:
