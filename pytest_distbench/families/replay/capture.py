@@ -1,0 +1,279 @@
+"""Record the collective and point-to-point calls a real program makes, per rank, as a trace.
+
+Built on torch's dispatcher: every torch.distributed call, whether from Python
+(``dist.all_reduce``, FSDP2's ``all_gather_into_tensor``) or from C++ (DDP's reducer), reaches
+the backend as a ``c10d::*`` operator, and a TorchDispatchMode sees each one with its tensors,
+its process group and its arguments. Why this and not the alternatives (docs/replay.md): the
+Flight Recorder is NCCL's only, the profiler's execution trace is heavy and its c10d fields
+change between releases, and wrapping the Python functions misses DDP's C++ calls.
+
+The wait structure is rebuilt from when each call completed (its Work's future, where the
+backend gives one): a call is waited before the first call this rank issued after it
+completed, so a synchronous call is waited at once and an overlapped one (DDP's buckets
+during backward) where the program had it done. Point-to-point calls whose completion the
+backend does not report are waited together before the next collective, so a replay of an
+exchange (isend, irecv) cannot deadlock.
+
+    with pytest_distbench.capture("trace/", steps=[1, 2]):
+        for step in range(3):
+            train_step()          # steps end at optimizer.step(), or call .step() yourself
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import trace as fmt
+
+_REDUCE_OPS = {0: "sum", 1: "avg", 2: "product", 3: "min", 4: "max", 5: "band", 6: "bor",
+               7: "bxor", 8: "premul_sum"}
+_DTYPES = {getattr(torch, name): name for name in fmt.DTYPE_BYTES}
+
+
+class _Pending:
+    """One call as recorded, before the step's wait structure is rebuilt."""
+
+    __slots__ = ("call", "completed_s", "ranks")
+
+    def __init__(self, call: dict[str, Any], ranks: tuple[int, ...]) -> None:
+        self.call = call
+        self.ranks = ranks
+        self.completed_s: float | None = None
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, recorder: capture) -> None:
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func.namespace != "c10d":
+            return func(*args, **kwargs)
+        issued = time.perf_counter()
+        out = func(*args, **kwargs)
+        self._recorder._record(func.__name__.split(".")[0],
+                               args, out, issued)
+        return out
+
+
+class capture:  # noqa: N801 - used as a context manager, named as torch's are
+    """Record this rank's communication under `out` (one rank file; rank 0 adds the
+    manifest). `steps`: the step indices to keep (all if None); a step ends at each
+    optimizer.step() or at .step(). Every rank of the world must enter and leave it."""
+
+    def __init__(self, out: str | os.PathLike[str], steps: Iterable[int] | None = None,
+                 name: str | None = None) -> None:
+        self.out = Path(out)
+        self.steps = None if steps is None else sorted(set(steps))
+        self.name = name
+        self.step_index = 0
+        self._pending: list[_Pending] = []
+        self._skipped: list[str] = []
+        self._lock = threading.Lock()
+        self._mode: _Mode | None = None
+        self._hook: Any = None
+        self._start = 0.0
+        self._finished = False
+
+    # -- the context manager ----------------------------------------------------------------
+
+    def __enter__(self) -> capture:
+        if not dist.is_initialized():
+            raise RuntimeError("pytest_distbench.capture: initialize the process group first "
+                               "(torch.distributed.init_process_group)")
+        if dist.get_rank() == 0:
+            fmt.refuse_existing(self.out)
+        self._start = time.perf_counter()
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(lambda *_: self.step())
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finish()
+
+    def step(self) -> None:
+        """The current step ended; once the last wanted step has, the trace is written."""
+        self.step_index += 1
+        if self.steps is not None and self.step_index > self.steps[-1]:
+            self.finish()
+
+    def finish(self) -> None:
+        """Stop recording and write the trace (every rank, together); idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._hook is not None:
+            self._hook.remove()
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+        self._write()
+
+    # -- recording (the dispatch mode calls this, on whatever thread issued the call) --------
+
+    def _wanted(self) -> bool:
+        return self.steps is None or self.step_index in self.steps
+
+    def _record(self, op: str, args: tuple, out: Any, issued: float) -> None:
+        if self._finished or not self._wanted():
+            return
+        try:
+            calls = _calls(op, args)
+            group = _group_ranks(args)
+        except _Unknown as why:
+            with self._lock:
+                self._skipped.append(f"rank {dist.get_rank()} step {self.step_index}: {why}")
+            return
+        entries = [_Pending({**c, "step": self.step_index,
+                             "issued_s": round(issued - self._start, 9)}, group)
+                   for c in calls]
+        for entry in entries:
+            call = entry.call
+            for key in ("root", "peer"):  # group ranks -> global ranks
+                if key in call:
+                    call[key] = group[call[key]]
+        with self._lock:
+            self._pending.extend(entries)
+        work = out[-1] if isinstance(out, tuple) else out
+        try:
+            future = torch._C._distributed_c10d.Work.unbox(work).get_future()
+        except Exception:  # noqa: BLE001 - the backend does not report completion here
+            return
+
+        def done(_: Any) -> None:
+            at = round(time.perf_counter() - self._start, 9)
+            for entry in entries:
+                entry.completed_s = at
+        future.add_done_callback(done)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _write(self) -> None:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        with self._lock:
+            pending, skipped = list(self._pending), list(self._skipped)
+        mine = sorted({p.ranks for p in pending if p.ranks != tuple(range(world))})
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, (mine, skipped))
+        groups = {0: tuple(range(world))}
+        for ranks in sorted({g for theirs, _ in gathered for g in theirs}):
+            groups[len(groups)] = ranks
+        ids = {ranks: g for g, ranks in groups.items()}
+        calls = _with_waits(pending, ids)
+        self.out.mkdir(parents=True, exist_ok=True)
+        fmt.write_rank(self.out, rank, calls)
+        dist.barrier()  # every rank file is there before the manifest says the trace is
+        if rank == 0:
+            backend = dist.get_backend()
+            device = "cuda" if any(b == "nccl" for b in str(backend).split(",")) else "cpu"
+            fmt.write_manifest(self.out, fmt.Trace(
+                name=self.name or self.out.resolve().name, world_size=world, groups=groups,
+                calls={}, backend=str(backend), device=device,
+                steps=self.steps if self.steps is not None else list(range(self.step_index)),
+                source=f"capture (torch {torch.__version__})",
+                skipped=[s for _, theirs in gathered for s in theirs]))
+
+
+class _Unknown(Exception):
+    """A c10d operator the trace format does not replay (listed, not dropped)."""
+
+
+def _calls(op: str, args: tuple) -> list[dict[str, Any]]:
+    """The trace calls one c10d operator stands for (a coalesced one: one per tensor)."""
+    def buf(t: torch.Tensor) -> dict[str, Any]:
+        if t.dtype not in _DTYPES:
+            raise _Unknown(f"c10d.{op} on dtype {t.dtype}")
+        return {"dtype": _DTYPES[t.dtype], "shape": list(t.shape)}
+
+    def reduce_op(obj: Any) -> str:
+        return _REDUCE_OPS.get(int(obj.op()), "sum")
+
+    if op in ("allreduce_", "allreduce_coalesced_"):
+        return [{"op": "all_reduce", "inputs": [buf(t)], "outputs": [buf(t)],
+                 "reduce_op": reduce_op(args[2])} for t in args[0]]
+    if op == "allgather_":
+        return [{"op": "all_gather", "inputs": [buf(args[1][0])],
+                 "outputs": [buf(t) for t in args[0][0]]}]
+    if op == "_allgather_base_":
+        return [{"op": "all_gather_into_tensor", "inputs": [buf(args[1])],
+                 "outputs": [buf(args[0])]}]
+    if op == "allgather_into_tensor_coalesced_":
+        return [{"op": "all_gather_into_tensor", "inputs": [buf(i)], "outputs": [buf(o)]}
+                for o, i in zip(args[0], args[1], strict=True)]
+    if op == "reduce_scatter_":
+        return [{"op": "reduce_scatter", "inputs": [buf(t) for t in args[1][0]],
+                 "outputs": [buf(args[0][0])], "reduce_op": reduce_op(args[3])}]
+    if op == "_reduce_scatter_base_":
+        return [{"op": "reduce_scatter_tensor", "inputs": [buf(args[1])],
+                 "outputs": [buf(args[0])], "reduce_op": reduce_op(args[3])}]
+    if op == "reduce_scatter_tensor_coalesced_":
+        return [{"op": "reduce_scatter_tensor", "inputs": [buf(i)], "outputs": [buf(o)],
+                 "reduce_op": reduce_op(args[3])}
+                for o, i in zip(args[0], args[1], strict=True)]
+    if op == "alltoall_":
+        return [{"op": "all_to_all", "inputs": [buf(t) for t in args[1]],
+                 "outputs": [buf(t) for t in args[0]]}]
+    if op == "alltoall_base_":
+        if list(args[3]) or list(args[4]):
+            raise _Unknown("c10d.alltoall_base_ with uneven splits")
+        return [{"op": "all_to_all_single", "inputs": [buf(args[1])], "outputs": [buf(args[0])]}]
+    if op == "broadcast_":
+        return [{"op": "broadcast", "inputs": [buf(t) for t in args[0]], "root": int(args[2])}]
+    if op == "reduce_":
+        return [{"op": "reduce", "inputs": [buf(t) for t in args[0]],
+                 "reduce_op": reduce_op(args[2]), "root": int(args[3])}]
+    if op == "barrier":
+        return [{"op": "barrier"}]
+    if op == "send":
+        return [{"op": "send", "inputs": [buf(t) for t in args[0]], "peer": int(args[2])}]
+    if op == "recv_":
+        return [{"op": "recv", "outputs": [buf(t) for t in args[0]], "peer": int(args[2])}]
+    raise _Unknown(f"c10d.{op}")
+
+
+def _group_ranks(args: tuple) -> tuple[int, ...]:
+    """The global ranks of the call's process group (its first ScriptObject argument)."""
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
+            group = torch._C._distributed_c10d.ProcessGroup.unbox(a)
+            return tuple(dist.get_process_group_ranks(group))
+    raise _Unknown("a c10d call without a process group")
+
+
+def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> list[fmt.Call]:
+    """Each call with its group id and where it is waited (see the module's docstring)."""
+    calls = []
+    n = len(pending)
+    for i, p in enumerate(pending):
+        c = p.call
+        step_end = next((j for j in range(i + 1, n) if pending[j].call["step"] != c["step"]), n)
+        if p.completed_s is not None:
+            wait = next((j for j in range(i + 1, step_end)
+                         if pending[j].call["issued_s"] >= p.completed_s), None)
+        elif c["op"] in fmt.POINT_TO_POINT:
+            wait = next((j for j in range(i + 1, step_end)
+                         if pending[j].call["op"] not in fmt.POINT_TO_POINT), None)
+        else:
+            wait = i + 1 if i + 1 < step_end else None
+        calls.append(fmt.Call(
+            op=c["op"], group=ids[p.ranks],
+            inputs=tuple(fmt.Buffer(b["dtype"], tuple(b["shape"])) for b in c.get("inputs", [])),
+            outputs=tuple(fmt.Buffer(b["dtype"], tuple(b["shape"]))
+                          for b in c.get("outputs", [])),
+            reduce_op=c.get("reduce_op"), root=c.get("root"), peer=c.get("peer"),
+            wait_before=wait, step=c["step"], issued_s=c["issued_s"],
+            completed_s=p.completed_s))
+    return calls
