@@ -179,6 +179,18 @@ def _write_json(path: Path, data: Any) -> None:
 
 # -- reading --------------------------------------------------------------------------------
 
+def read(directory: str | os.PathLike[str]) -> Trace:
+    """A trace directory in this format, or a PARAM basic trace directory (param.py)."""
+    from . import param
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise TraceError(f"{root}: no such directory (a trace is a directory of JSON files)")
+    if not (root / MANIFEST).exists() and param.looks_like_param(root):
+        return param.load(root)
+    return load(root)
+
+
 def is_trace(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / MANIFEST).is_file()
 
@@ -347,21 +359,25 @@ def _groups(manifest: dict[str, Any], world: int, where: str) -> dict[int, tuple
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    data = _read_any_json(path)
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: expected a JSON object at the top")
+    return data
+
+
+def _read_any_json(path: Path) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise TraceError(f"{path}: {size} bytes, more than a trace file may hold "
                              f"({MAX_FILE_BYTES >> 20} MiB)")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file (is the directory a trace?)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: cannot be read ({e})") from None
     except (json.JSONDecodeError, RecursionError) as e:
         raise TraceError(f"{path}: not JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise TraceError(f"{path}: expected a JSON object at the top")
-    return data
 
 
 def _expect(data: dict[str, Any], key: str, where: str, ok: Any, what: str) -> Any:

@@ -1,0 +1,195 @@
+"""PARAM comms "basic" traces (the input of its commsTraceReplay), read as this tool's traces.
+
+A PARAM trace directory holds one JSON list per rank (``<rank>.json`` or ``rank<rank>.json``),
+each element a ``comms`` entry (op name, ``in_msg_size``/``out_msg_size`` in elements,
+``dtype``, ``pg_id``/``global_ranks``, ``root``, ``src_rank``/``dst_rank``, ``req``) or a
+``wait`` on a ``req``, or a ``compute`` entry. Communication only is replayed: compute entries
+and ops this format has no replay for are listed in the trace's `skipped`, never silently
+dropped. No torch here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from . import trace as fmt
+from .trace import Buffer, Call, Trace, TraceError
+
+_RANK_FILE = re.compile(r"^(?:rank-?)?(\d+)\.json$")
+_DTYPES = {
+    "float": "float32", "float32": "float32", "double": "float64", "float64": "float64",
+    "half": "float16", "float16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "int": "int32", "int32": "int32", "long": "int64", "int64": "int64", "byte": "uint8",
+    "uint8": "uint8", "char": "int8", "int8": "int8", "bool": "bool",
+}
+# PARAM's names (lower case, as its paramToCommName accepts them) -> this format's op.
+_OPS = {
+    "all_reduce": "all_reduce", "allreduce": "all_reduce",
+    "all_gather": "all_gather_into_tensor", "allgather": "all_gather_into_tensor",
+    "all_gather_base": "all_gather_into_tensor", "_allgather_base": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter_tensor", "reducescatter": "reduce_scatter_tensor",
+    "reduce_scatter_base": "reduce_scatter_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "all_to_all": "all_to_all_single", "alltoall": "all_to_all_single",
+    "all_to_allv": "all_to_all_single", "alltoallv": "all_to_all_single",
+    "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
+    "send": "send", "isend": "send", "recv": "recv", "irecv": "recv",
+}
+
+
+def rank_files(directory: Path) -> dict[int, Path]:
+    """The per-rank files of a PARAM trace directory, by rank."""
+    found: dict[int, Path] = {}
+    for path in directory.iterdir():
+        m = _RANK_FILE.match(path.name)
+        if m and path.is_file():
+            rank = int(m.group(1))
+            if rank in found:
+                raise TraceError(f"{path}: a second file for rank {rank} (and {found[rank]})")
+            found[rank] = path
+    return found
+
+
+def looks_like_param(directory: Path) -> bool:
+    return directory.is_dir() and not (directory / fmt.MANIFEST).exists() and bool(
+        rank_files(directory))
+
+
+def load(directory: str | Path) -> Trace:
+    """Read a PARAM basic trace directory (TraceError naming file and field)."""
+    root = Path(directory)
+    files = rank_files(root)
+    world = max(files) + 1 if files else 0
+    missing = [r for r in range(world) if r not in files]
+    if not files or missing:
+        raise TraceError(f"{root}: no PARAM trace file for rank {missing[0] if missing else 0} "
+                         f"(expected <rank>.json for ranks 0..{max(world, 1) - 1})")
+    groups: dict[tuple[int, ...], int] = {tuple(range(world)): 0}
+    calls: dict[int, list[Call]] = {}
+    skipped: list[str] = []
+    for rank in range(world):
+        entries = fmt._read_any_json(files[rank])
+        if not isinstance(entries, list):
+            raise TraceError(f"{files[rank]}: expected a JSON list of comms entries")
+        calls[rank] = _rank(entries, str(files[rank]), rank, world, groups, skipped)
+    trace = Trace(name=root.resolve().name, world_size=world,
+                  groups={g: ranks for ranks, g in groups.items()}, calls=calls,
+                  source="PARAM basic trace", skipped=skipped, steps=[0])
+    fmt.check_matching(trace, str(root))
+    return trace
+
+
+def _rank(entries: list[Any], where: str, rank: int, world: int,
+          groups: dict[tuple[int, ...], int], skipped: list[str]) -> list[Call]:
+    calls: list[Call] = []
+    requests: dict[Any, int] = {}  # req -> index of its call, until waited
+    waits: dict[int, int] = {}  # call index -> index of the call it is waited before
+    for i, entry in enumerate(entries):
+        at = f"{where}: [{i}]"
+        if not isinstance(entry, dict):
+            raise TraceError(f"{at}: expected an object")
+        if "compute" in entry:
+            skipped.append(f"rank {rank} [{i}]: compute {entry.get('compute')!r} "
+                           f"(communication only is replayed)")
+            continue
+        name = entry.get("comms")
+        if not isinstance(name, str):
+            raise TraceError(f"{at}: field 'comms' is missing (expected an op name)")
+        name = name.lower()
+        if name == "wait":
+            req = entry.get("req")
+            if req in requests:
+                waits[requests.pop(req)] = len(calls)
+            continue
+        if name == "init":
+            continue
+        op = _OPS.get(name)
+        if op is None or (name in ("all_to_allv", "alltoallv") and _uneven(entry)):
+            skipped.append(f"rank {rank} [{i}]: {name}" + (" with uneven splits" if op else ""))
+            continue
+        group = _group(entry, at, rank, world, groups)
+        members = next(r for r, g in groups.items() if g == group)
+        call = _call(entry, at, op, group, members, rank, world)
+        if entry.get("req") is not None:
+            requests[entry["req"]] = len(calls)
+        calls.append(call)
+    # A call with a wait entry is waited where that entry stood; one without is synchronous,
+    # but for point-to-point calls, waited together before the next collective (never a
+    # deadlock between two ranks that both send first).
+    done = []
+    for i, call in enumerate(calls):
+        if i in waits:
+            wait = waits[i] if waits[i] > i else i + 1
+        elif call.op in fmt.POINT_TO_POINT:
+            wait = next((j for j in range(i + 1, len(calls))
+                         if calls[j].op not in fmt.POINT_TO_POINT), None)
+        else:
+            wait = i + 1
+        done.append(_replace_wait(call, wait if wait is not None and wait < len(calls)
+                                  else None))
+    return done
+
+
+def _replace_wait(call: Call, wait: int | None) -> Call:
+    from dataclasses import replace
+
+    return replace(call, wait_before=wait)
+
+
+def _uneven(entry: dict[str, Any]) -> bool:
+    splits = [entry.get("in_split") or [], entry.get("out_split") or []]
+    return any(isinstance(s, list) and len(set(s)) > 1 for s in splits)
+
+
+def _group(entry: dict[str, Any], at: str, rank: int, world: int,
+           groups: dict[tuple[int, ...], int]) -> int:
+    ranks = entry.get("global_ranks")
+    if ranks is None or ranks == []:
+        return 0
+    if not (isinstance(ranks, list) and all(fmt._index(r) for r in ranks)
+            and len(set(ranks)) == len(ranks)):
+        raise TraceError(f"{at}: field 'global_ranks': expected distinct ranks")
+    outside = [r for r in ranks if r >= world]
+    if outside:
+        raise TraceError(f"{at}: field 'global_ranks': rank {outside[0]} is outside the "
+                         f"{world}-rank world (one file per rank)")
+    if rank not in ranks:
+        raise TraceError(f"{at}: field 'global_ranks': rank {rank} is not among them")
+    return groups.setdefault(tuple(sorted(ranks)), len(groups))
+
+
+def _call(entry: dict[str, Any], at: str, op: str, group: int, members: tuple[int, ...],
+          rank: int, world: int) -> Call:
+    if op == "barrier":
+        return Call(op=op, group=group)
+    dtype_name = entry.get("dtype")
+    dtype = _DTYPES.get(dtype_name.lower()) if isinstance(dtype_name, str) else None
+    if dtype is None:
+        raise TraceError(f"{at}: field 'dtype': expected one of {', '.join(sorted(_DTYPES))}")
+    sizes = []
+    for key in ("in_msg_size", "out_msg_size"):
+        value = entry.get(key)
+        if not fmt._index(value):
+            raise TraceError(f"{at}: field '{key}': expected a number of elements")
+        sizes.append(value)
+    inputs, outputs = (Buffer(dtype, (sizes[0],)),), (Buffer(dtype, (sizes[1],)),)
+    root = peer = None
+    if op in fmt.ROOTED:
+        root = entry.get("root", members[0])
+        if root not in members:
+            raise TraceError(f"{at}: field 'root': expected a rank of the group {list(members)}")
+    if op in fmt.POINT_TO_POINT:
+        key = "dst_rank" if op == "send" else "src_rank"
+        peer = entry.get(key)
+        if not (fmt._index(peer) and peer < world and peer != rank):
+            raise TraceError(f"{at}: field '{key}': expected another rank of the "
+                             f"{world}-rank world")
+    reduce_op = "sum" if op in fmt.REDUCING else None
+    if op == "send":
+        return Call(op=op, group=group, inputs=inputs, peer=peer)
+    if op == "recv":
+        return Call(op=op, group=group, outputs=outputs, peer=peer)
+    return Call(op=op, group=group, inputs=inputs, outputs=outputs, reduce_op=reduce_op,
+                root=root)
