@@ -100,7 +100,39 @@ def _build_parser() -> _Parser:
         help="treat runs from different environments (torch, CPU, GPUs, ...) as an error",
     )
     _add_plot_command(commands)
+    _add_capture_command(commands)
     return parser
+
+
+def _parse_steps(text: str) -> list[int]:
+    try:
+        steps = sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        steps = []
+    if not steps or steps[0] < 0:
+        raise argparse.ArgumentTypeError(f"invalid steps {text!r}: expected step indices "
+                                         "such as 1,2")
+    return steps
+
+
+def _add_capture_command(commands: argparse._SubParsersAction) -> None:
+    capture = commands.add_parser(
+        "capture",
+        help="run a training launch and record every rank's communication as a trace",
+        description=(
+            "Run LAUNCH (torchrun ..., python ...) with every rank recording its collective "
+            "and point-to-point calls from the moment it initializes its process group "
+            "(docs/replay.md). Steps end at each optimizer.step(). Replay the trace with "
+            "pytest --distbench --distbench-replay=DIR."
+        ),
+    )
+    capture.add_argument("--out", required=True, metavar="DIR",
+                         help="the trace directory to write (refused if it holds a trace)")
+    capture.add_argument("--steps", type=_parse_steps, default=None, metavar="I,J",
+                         help="the step indices to keep, from 0 (default: every step; 1,2 "
+                         "skips the first, which warms up)")
+    capture.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH ...",
+                         help="the command that starts the ranks, after --")
 
 
 def _add_plot_command(commands: argparse._SubParsersAction) -> None:
@@ -125,9 +157,11 @@ def _add_plot_command(commands: argparse._SubParsersAction) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command not in ("compare", "plot"):
+    if args.command not in ("compare", "plot", "capture"):
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
+    if args.command == "capture":
+        return _capture(args)
     from pytest_distbench.registry import family_problems
 
     for line in family_problems():  # its tables and plots are missing from what follows
@@ -246,6 +280,22 @@ def _plot(args: argparse.Namespace) -> int:
     if not written:
         print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
     return EXIT_OK
+
+
+def _capture(args: argparse.Namespace) -> int:
+    launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
+    if not launch:
+        _error("capture: give the launch after --, e.g. -- torchrun --nproc-per-node=2 "
+               "train.py")
+        return EXIT_USAGE
+    from pytest_distbench.families.replay.command import run
+
+    code, line = run(args.out, args.steps, launch)
+    if code:
+        _error(f"capture: {line}")
+    else:
+        print(f"{PROG}: {line}")
+    return code
 
 
 def _labels(files: Sequence[str]) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,8 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from launching import free_port
 
 from pytest_distbench.families.replay import trace as fmt
+from pytest_distbench.families.replay.reading import read
 from pytest_distbench.families.replay.trace import Buffer, Call, Trace, TraceError
 
 DTYPES = sorted(fmt.DTYPE_BYTES)
@@ -43,10 +44,10 @@ def small_trace(world: int = 3) -> Trace:
 def test_a_trace_reads_back_as_written(tmp_path):
     written = small_trace()
     fmt.write(written, tmp_path / "t")
-    read = fmt.read(tmp_path / "t")
-    assert read.calls == written.calls and read.groups == written.groups
-    assert read.world_size == 3 and read.name == "small"
-    assert read.step_bytes(0) == 1024 + 3 * 1024 + 1024 + 1024 + 1024
+    back = read(tmp_path / "t")
+    assert back.calls == written.calls and back.groups == written.groups
+    assert back.world_size == 3 and back.name == "small"
+    assert back.step_bytes(0) == 1024 + 3 * 1024 + 1024 + 1024 + 1024
 
 
 @settings(max_examples=60, deadline=None,
@@ -61,8 +62,8 @@ def test_collectives_of_any_dtype_and_size_survive_the_round_trip(tmp_path_facto
     written = Trace("t", world, {0: tuple(range(world))}, {r: list(calls) for r in range(world)})
     out = tmp_path_factory.mktemp("rt") / "t"
     fmt.write(written, out)
-    assert fmt.read(out).calls == written.calls
-    assert fmt.read(out).step_bytes(0) == sum(fmt.DTYPE_BYTES[d] * n for d, n in sizes)
+    assert read(out).calls == written.calls
+    assert read(out).step_bytes(0) == sum(fmt.DTYPE_BYTES[d] * n for d, n in sizes)
 
 
 def _damage(tmp_path: Path, edit) -> Path:
@@ -117,7 +118,7 @@ def test_a_damaged_trace_is_refused_in_one_line_naming_file_and_field(tmp_path, 
     edit, *expected = DAMAGES[damage]
     path = _damage(tmp_path, edit)
     with pytest.raises(TraceError) as caught:
-        fmt.read(path)
+        read(path)
     message = str(caught.value)
     assert "\n" not in message
     for part in expected:
@@ -165,7 +166,7 @@ def _param_trace(tmp_path: Path) -> Path:
 
 
 def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
-    t = fmt.read(_param_trace(tmp_path))
+    t = read(_param_trace(tmp_path))
     assert t.world_size == 2 and t.source == "PARAM basic trace"
     ops = [c.op for c in t.calls[0]]
     assert ops == ["all_reduce", "all_gather_into_tensor", "send", "recv", "barrier"]
@@ -191,7 +192,7 @@ def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
     change(entries)
     (out / "0.json").write_text(json.dumps(entries))
     with pytest.raises(TraceError) as caught:
-        fmt.read(out)
+        read(out)
     assert "0.json" in str(caught.value) and expected in str(caught.value)
 
 
@@ -199,7 +200,7 @@ def test_a_param_trace_missing_a_rank_says_which(tmp_path):
     out = _param_trace(tmp_path)
     (out / "0.json").rename(out / "2.json")
     with pytest.raises(TraceError, match="no PARAM trace file for rank 0"):
-        fmt.read(out)
+        read(out)
 
 
 # -- capture, in real programs -----------------------------------------------------------------
@@ -239,20 +240,14 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_capture_records_a_real_ddp_step_with_its_subgroups_at_three_ranks(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(PROGRAM)
     out = tmp_path / "trace"
-    done = subprocess.run([sys.executable, str(script), str(out), "3", str(_free_port())],
+    done = subprocess.run([sys.executable, str(script), str(out), "3", str(free_port())],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    t = fmt.read(out)
+    t = read(out)
     assert t.world_size == 3 and t.steps == [1, 2] and t.skipped == []
     assert t.groups == {0: (0, 1, 2), 1: (0, 2)}
     import torch
@@ -278,3 +273,54 @@ def test_capture_records_a_real_ddp_step_with_its_subgroups_at_three_ranks(tmp_p
     assert [c.peer for c in t.calls[0] if c.op == "send"] == [1, 1]
     assert [c.peer for c in t.calls[1] if c.op == "recv"] == [0, 0]
     assert [c.reduce_op for c in t.calls[0] if c.group == 1] == ["max", "max"]
+
+
+TRAIN = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        opt.zero_grad()
+        model(torch.randn(8, 32)).sum().backward()
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+def _capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    cli = Path(sys.executable).with_name("pytest-distbench")
+    return subprocess.run([str(cli), "capture", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_the_capture_command_records_a_torchrun_launch_at_three_ranks(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    done = _capture(tmp_path, "--out", "trace", "--steps", "1,2", "--", torchrun,
+                    "--nproc-per-node=3", f"--master-port={free_port()}", "train.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "wrote trace: 3 ranks, steps [1, 2]" in done.stdout
+    t = read(tmp_path / "trace")
+    for r in range(3):
+        # One DDP bucket per step here (the model is small): its gradients' bytes.
+        reduced = [c for c in t.calls[r] if c.op == "all_reduce"]
+        assert sorted({c.step for c in reduced}) == [1, 2]
+        assert sum(c.nbytes for c in reduced) == 2 * 4 * (32 * 32 + 32 + 32 * 4 + 4)
+    # A second capture into the same directory is refused before anything runs.
+    again = _capture(tmp_path, "--out", "trace", "--", sys.executable, "-c", "print('ran')")
+    assert again.returncode == 2 and "a trace is already there" in again.stderr
+    assert "ran" not in again.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--out", "t"], "give the launch after --"),
+    (["--out", "t", "--steps", "x", "--", "true"], "invalid steps 'x'"),
+    (["--out", "t", "--", sys.executable, "-c", "pass"], "no trace written"),
+    (["--out", "t", "--", "/nonexistent/launcher"], "cannot start '/nonexistent/launcher'"),
+])
+def test_the_capture_command_says_what_is_wrong_in_one_line(tmp_path, args, expected):
+    done = _capture(tmp_path, *args)
+    assert done.returncode != 0 and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -179,18 +179,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 # -- reading --------------------------------------------------------------------------------
 
-def read(directory: str | os.PathLike[str]) -> Trace:
-    """A trace directory in this format, or a PARAM basic trace directory (param.py)."""
-    from . import param
-
-    root = Path(directory)
-    if not root.is_dir():
-        raise TraceError(f"{root}: no such directory (a trace is a directory of JSON files)")
-    if not (root / MANIFEST).exists() and param.looks_like_param(root):
-        return param.load(root)
-    return load(root)
-
-
 def is_trace(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / MANIFEST).is_file()
 
