@@ -324,3 +324,4 @@ def test_the_capture_command_says_what_is_wrong_in_one_line(tmp_path, args, expe
     done = _capture(tmp_path, *args)
     assert done.returncode != 0 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "t").exists()  # no partial trace left behind

@@ -4,6 +4,7 @@ rank capturing its communication (launched.py), then check the trace it wrote.""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ BOOT = Path(__file__).with_name("boot")
 
 def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[int, str]:
     """Run `launch` capturing into `out`: (exit code, one line saying what was written)."""
+    created = not Path(out).exists()
     try:
         fmt.refuse_existing(out)
     except fmt.TraceError as e:
@@ -29,19 +31,18 @@ def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[i
     env["PYTHONPATH"] = os.pathsep.join(
         [str(BOOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
-        process = subprocess.Popen(list(launch), env=env)
+        code = _wait(launch, env)
+        if not (Path(out) / fmt.MANIFEST).exists():
+            why = f"the launch exited {code}" if code else "no rank initialized a process group"
+            return code or 1, f"no trace written in {out} ({why})"
+        trace = read(out)
     except OSError as e:
         return 2, f"cannot start {launch[0]!r}: {e.strerror or e}"
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        process.send_signal(signal.SIGINT)
-        code = process.wait()
-    try:
-        trace = read(out)
     except fmt.TraceError as e:
-        why = f"the launch exited {code}" if code else "no rank initialized a process group"
-        return code or 1, f"no trace written ({why}): {e}"
+        return code or 1, f"the trace written is not one: {e}"
+    finally:
+        if created and not (Path(out) / fmt.MANIFEST).exists():
+            shutil.rmtree(out, ignore_errors=True)  # a partial trace is none: not left behind
     calls = sum(len(c) for c in trace.calls.values())
     line = (f"wrote {out}: {trace.world_size} ranks, steps {trace.steps}, {calls} calls"
             + (f", {len(trace.skipped)} not replayable (listed in the manifest)"
@@ -49,9 +50,11 @@ def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[i
     return code, line
 
 
-def main_steps(text: str) -> list[int]:
-    steps = [int(s) for s in text.split(",") if s.strip()]
-    if not steps or any(s < 0 for s in steps):
-        raise ValueError
-    return steps
+def _wait(launch: Sequence[str], env: dict[str, str]) -> int:
+    process = subprocess.Popen(list(launch), env=env)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:  # the launch got the same Ctrl-C: let it stop its ranks
+        process.send_signal(signal.SIGINT)
+        return process.wait()
 
