@@ -74,8 +74,10 @@ def _notes(f: dict[str, Any]) -> str:
     if f.get("unchecked"):
         lines.append(f"# results not checked: {', '.join(f['unchecked'])}")
     if f.get("captured_backend"):
+        source = f.get("source") or "capture"
         lines.append(f"# captured with {f['captured_backend']} on "
-                     f"{f.get('captured_device') or '?'} ({f.get('source', 'capture')})")
+                     f"{f.get('captured_device') or '?'}"
+                     + ("" if source == "capture" else f" (from {source})"))
     return "".join("\n" + line for line in lines)
 
 
