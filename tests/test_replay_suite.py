@@ -15,7 +15,8 @@ from pytest_distbench.families.replay import options, trace
 from pytest_distbench.families.replay.breakdown import Timed, aggregate, bucket
 from pytest_distbench.families.replay.family import render_replay, size_bucket
 from pytest_distbench.families.replay.step import SHIPPED, waits_at
-from pytest_distbench.results.rendering import fit
+from pytest_distbench.results.rendering import ci, fit
+from pytest_distbench.suites.traces import make_shipped
 from pytest_distbench.suites.traces.make_shipped import NAME, shipped_trace
 
 SUITE = ("--distbench", "--pyargs", "pytest_distbench.suites", "-k", "replay")
@@ -158,6 +159,12 @@ def test_the_shipped_trace_is_what_its_script_writes():
     assert trace.load(SHIPPED / NAME) == shipped_trace()
 
 
+def test_the_shipped_trace_script_writes_it_again(tmp_path, capsys):
+    assert make_shipped.main([str(tmp_path / "again")]) == 0
+    assert trace.load(tmp_path / "again") == trace.load(SHIPPED / NAME)
+    assert capsys.readouterr().out.strip() == str(tmp_path / "again")
+
+
 def test_a_directory_of_traces_stands_for_each(tmp_path):
     written(four_rank_trace("b"), tmp_path / "all" / "b")
     written(three_rank_trace("a"), tmp_path / "all" / "a")
@@ -229,10 +236,11 @@ def test_the_table_fits_and_says_what_a_bucket_is():
     breakdown = aggregate([Timed("all_gather_into_tensor", 16, 3 << 30, 0.5),
                            Timed("barrier", 16, 0, 1e-5), Timed("all_reduce", 2, 4, 2e-3)])
     record = {"id": "x", "nbytes": 3 << 30, "wrong": 0, "samples": [0.5] * 10,
-              "summary": {"p50": 0.5},
+              "summary": {"p50": 0.5}, "precision": {"met": False},
               "figures": {"trace": "a_long_trace_name_from_a_real_job", "trace_ranks": 16,
                           "steps": 2, "calls": 3, "breakdown": breakdown,
                           "skipped": ["rank 3 call 12: c10d.foo"], "unchecked": ["barrier"]}}
     text = render_replay([record])
     assert fit.widest(fit.wrap_text(text)) <= fit.WIDTH  # the notes wrap as every table's
+    assert "500 ± 0 %*" in text and ci.SHORT_NOTE in text
     assert re.search(r"all_reduce +2 +4 B-16 B +1 +4 B +2000 +0\.4 +<0\.001 +<0\.001", text), text

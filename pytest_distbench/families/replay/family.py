@@ -93,7 +93,8 @@ def render_replay(records: list[Record]) -> str:
                               colalign=("left", "right", "left")
                               + ("right",) * (len(BREAKDOWN_HEADERS) - 3))
         blocks.append(f"{step}\n{breakdown}{_notes(f)}")
-    return "\n\n".join(blocks) + "\n" + NOTE
+    short = f"\n# {ci.SHORT_NOTE}" if any(ci.short_of_target(r) for r in records) else ""
+    return "\n\n".join(blocks) + short + "\n" + NOTE
 
 
 FAMILY = Family(
