@@ -94,6 +94,9 @@ def test_traces_of_fewer_ranks_replay_in_a_larger_world(pytester, distbench_run)
     assert set(records) == {"three", NAME}
     assert all(r["wrong"] == 0 and r["world_size"] == 4 for r in records.values())
     assert records["three"]["figures"]["trace_ranks"] == 3
+    # Rank 3 only keeps in step with the 3-rank trace: its times are not the replay's.
+    assert records["three"]["timed_ranks"] == [0, 1, 2]
+    assert records[NAME].get("timed_ranks") is None
 
 
 def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone(

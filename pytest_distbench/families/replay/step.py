@@ -104,8 +104,10 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) ->
         breakdown.extend(aggregate(Timed(*c) for calls in everyone for c in calls))
         return replayer.check() if replayer is not None else 0
 
+    # The ranks past the trace's only keep in step: their times are not the replay's.
+    timed = players if trace.world_size < distbench.world_size else None
     distbench.measure(step, nbytes=step_bytes(trace), family=FAMILY, check=check,
-                      figures=figures, name=name, ranks=players, pressure_ranks=players)
+                      figures=figures, name=name, ranks=timed, pressure_ranks=timed)
 
 
 def _idle() -> None:
