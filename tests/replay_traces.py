@@ -46,6 +46,13 @@ def four_rank_trace(name: str = "four") -> Trace:
     return Trace(name=name, world_size=4, groups={0: (0, 1, 2, 3)}, calls=calls)
 
 
+def huge_trace(name: str = "huge") -> Trace:
+    """Two ranks all-reducing 4 TiB each: no machine of this project has the memory."""
+    calls = {r: [Call("all_reduce", 0, inputs=(Buffer("float32", (1 << 40,)),),
+                      reduce_op="sum", wait_before=1)] for r in range(2)}
+    return Trace(name=name, world_size=2, groups={0: (0, 1)}, calls=calls)
+
+
 def written(trace: Trace, directory: Path) -> Path:
     return write(trace, directory)
 

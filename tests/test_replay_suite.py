@@ -9,7 +9,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from replay_traces import edit_json, four_rank_trace, three_rank_trace, written
+from replay_traces import edit_json, four_rank_trace, huge_trace, three_rank_trace, written
 
 from pytest_distbench.families.replay import options, trace
 from pytest_distbench.families.replay.breakdown import Timed, aggregate, bucket
@@ -104,11 +104,16 @@ def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone
     good = written(three_rank_trace(steps=1), pytester.path / "good")
     bad = written(three_rank_trace(steps=1), pytester.path / "bad")
     edit_json(bad / "rank1.json", lambda d: d["calls"][0].update(op="all_reduce_ish"))
-    pytester.makepyfile(test_mine=_user_test(("good", good), ("damaged", bad)))
+    huge = written(huge_trace(), pytester.path / "huge")
+    pytester.makepyfile(test_mine=_user_test(("damaged", bad), ("huge", huge), ("good", good)))
     out = pytester.path / "out.json"
     result = distbench_run("--distbench", "--world-size=3", "--distbench-duration=0.3s",
                            *SMALL, f"--distbench-json={out}")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
+    # Refused in every rank before any allocates, the world fit for the next test.
+    result.stdout.fnmatch_lines(["rank 0: Failed: trace huge: its buffers need up to 4 TiB per "
+                                 "rank, 8 TiB for its 2 rank(s) on this host, and * of memory "
+                                 "is available"])
     # The failure's first line names the file and the field (the ranks' frames follow, as
     # for any failure in a rank).
     result.stdout.fnmatch_lines(["*_ test_damaged[[]gloo-ws3[]] _*",

@@ -27,6 +27,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from ... import units
+from ...harness.ranks.pressure import memory_available
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
 from .trace import POINT_TO_POINT, Call, Trace, TraceError
@@ -69,6 +71,14 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     if world < trace.world_size:
         pytest.skip(f"trace {trace.name} needs {trace.world_size} ranks; this world has {world}")
     problem = shape_problem(trace)
+    if problem:
+        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
+    # Every rank agrees before any allocates: one rank refusing alone would leave the others
+    # waiting for it in new_group.
+    problems: list[Any] = [None] * world
+    dist.all_gather_object(problems, memory_problem(trace, memory_available()),
+                           group=distbench.group)
+    problem = next((p for p in problems if p), None)
     if problem:
         pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
     groups = _Groups(distbench, trace)
@@ -146,6 +156,21 @@ def _unchecked(call: Call, rank: int) -> str | None:
     if call.op == "reduce" and rank != call.root:
         return "reduce (non-root ranks)"
     return None
+
+
+def memory_problem(trace: Trace, available: int | None) -> str | None:
+    """Why the trace's buffers cannot be allocated in the ranks of this host (None: they can,
+    or the memory available is not known). The ranks of a host share its memory: in a local
+    world all of them, under a launcher LOCAL_WORLD_SIZE."""
+    if available is None:
+        return None
+    here = min(trace.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", trace.world_size)))
+    per_rank = max(trace.memory_bytes(r) for r in range(trace.world_size))
+    if per_rank * here <= available:
+        return None
+    return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
+            f"{units.format_size(per_rank * here)} for its {here} rank(s) on this host, and "
+            f"{units.format_size(available)} of memory is available")
 
 
 def shape_problem(trace: Trace) -> str | None:
