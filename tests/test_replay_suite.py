@@ -72,7 +72,7 @@ def test_a_three_rank_trace_replays_checked_with_its_breakdown_and_a_larger_trac
     text = result.stdout.str()
     assert "# replay  backend=gloo  ranks=3" in text
     result.stdout.fnmatch_lines([
-        "trace*ranks*steps*calls*bytes/rank*p50 (ms)*#wrong",
+        "trace*ranks used*steps*calls*bytes/rank*p50 (ms)*#wrong",
         "*three*3*2*32*49 KiB*",
         "op*group*size*calls*bytes*us/call*time %*algbw (GB/s)*busbw (GB/s)",
         "*",

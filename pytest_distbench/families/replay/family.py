@@ -13,7 +13,7 @@ from .options import SETTINGS
 
 Record = dict[str, Any]
 
-STEP_HEADERS = ["trace", "ranks", "steps", "calls", "bytes/rank", "p50 (ms) ± 95% CI",
+STEP_HEADERS = ["trace", "ranks used", "steps", "calls", "bytes/rank", "p50 (ms) ± 95% CI",
                 "algbw (GB/s)", "#wrong"]
 BREAKDOWN_HEADERS = ["op", "group", "size", "calls", "bytes", "us/call", "time %",
                      "algbw (GB/s)", "busbw (GB/s)"]
