@@ -41,14 +41,33 @@ def test_{name}(distbench):
 
 def test_a_three_rank_trace_replays_checked_with_its_breakdown_and_a_larger_trace_skips(
         pytester, distbench_run):
-    written(three_rank_trace(), pytester.path / "traces" / "three")
+    three = written(three_rank_trace(), pytester.path / "traces" / "three")
+    # The trace's groups are gone after each replay: the persistent world gathers none.
+    pytester.makepyfile(test_groups=f"""
+        import pytest
+        from torch.distributed import distributed_c10d
+        from pytest_distbench.families.replay.step import replay
+
+        @pytest.mark.distbench
+        def test_replay_leaves_no_group(distbench):
+            before = len(distributed_c10d._world.pg_map)
+            replay(distbench, {str(three)!r}, name="first")
+            replay(distbench, {str(three)!r}, name="second")
+            assert len(distributed_c10d._world.pg_map) == before
+        """)
     out = pytester.path / "out.json"
-    result = distbench_run(*SUITE, "--world-size=3", f"--distbench-replay={pytester.path}/traces",
-                           "--distbench-iterations=5", *SMALL, f"--distbench-json={out}", "-rs")
+    result = distbench_run(*SUITE, "test_groups.py", "--world-size=3",
+                           f"--distbench-replay={pytester.path}/traces", "--distbench-iterations=5",
+                           *SMALL, f"--distbench-json={out}", "-rs")
     # The shipped trace needs 4 ranks: skipped with both sizes; the generated one passes.
-    result.assert_outcomes(passed=1, skipped=1)
+    result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines([f"SKIPPED*trace {NAME} needs 4 ranks; this world has 3*"])
-    [record] = _records(out)
+    result.stdout.fnmatch_lines(["worlds started: gloo ws3 cpu *"])  # one world for all
+    records = _records(out)
+    assert sorted(r["name"] for r in records if r["id"].startswith("test_groups.py")) == [
+        "test_replay_leaves_no_group[gloo-ws3]::first",
+        "test_replay_leaves_no_group[gloo-ws3]::second"]
+    [record] = [r for r in records if "test_replay.py" in r["id"]]
     assert record["family"] == "replay" and record["wrong"] == 0
     assert record["iterations"] == 5
     f = record["figures"]
