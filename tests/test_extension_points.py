@@ -130,7 +130,7 @@ def test_families_register_in_one_module_each_without_torch_or_pytest():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["collectives,message_rate,p2p,rpc,store"]
+    assert done.stdout.split() == ["collectives,message_rate,p2p,replay,rpc,store"]
 
 
 def test_a_new_family_package_is_found_with_nothing_else_touched(tmp_path, monkeypatch):

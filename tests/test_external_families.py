@@ -18,7 +18,7 @@ from pytest_distbench import registry
 from pytest_distbench.results.rendering import table
 
 ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
-BUILT_IN = ["collectives", "message_rate", "p2p", "rpc", "store"]
+BUILT_IN = ["collectives", "message_rate", "p2p", "replay", "rpc", "store"]
 CODEC_FAMILY = (
     "from pytest_distbench.registry import Family\n"
     "FAMILY = Family(name='zz_codec', tables={'zz_codec': lambda rows: f'codec table of "

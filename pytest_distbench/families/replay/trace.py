@@ -116,6 +116,16 @@ def group_size(trace: Trace, call: Call) -> int:
     return len(trace.groups[call.group])
 
 
+def bus_factor(op: str, n: int) -> float:
+    """The op's nccl-tests bus-bandwidth factor (OPS) for a group of `n` ranks."""
+    factor = OPS[op][1]
+    if factor == "2(n-1)/n":
+        return 2 * (n - 1) / n
+    if factor == "(n-1)/n":
+        return (n - 1) / n
+    return 1.0
+
+
 # -- writing --------------------------------------------------------------------------------
 
 def write(trace: Trace, directory: str | os.PathLike[str]) -> Path:

@@ -1,0 +1,379 @@
+"""A captured trace replayed in a rank, measured as one benchmark (docs/replay.md).
+
+    from pytest_distbench.families.replay.step import replay
+
+    @pytest.mark.distbench
+    def test_my_step(distbench):
+        replay(distbench, "trace/")
+
+One timed iteration replays every call of the trace's captured steps, in the recorded order,
+with the recorded async/wait structure, on buffers allocated once with the recorded shapes and
+dtypes. The trace's process groups are made in every rank of the world (new_group is
+collective over the world), and destroyed when the test ends, so a persistent world does not
+gather groups from test to test. A world larger than the trace's runs it on its first ranks;
+the others only keep in step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ... import units
+from ...harness.ranks.pressure import memory_available
+from . import trace as trace_format
+from .breakdown import Timed, aggregate
+from .trace import POINT_TO_POINT, Call, Trace, TraceError
+
+FAMILY = "replay"
+SHIPPED = Path(__file__).resolve().parent.parent.parent / "suites" / "traces"
+
+__all__ = ["FAMILY", "SHIPPED", "replay", "trace_params", "unchecked"]
+
+# Reduce ops replayed as another that moves the same bytes: premul_sum needs a scalar the trace
+# does not keep and exists on NCCL only.
+REPLAYED_AS = {"premul_sum": "sum"}
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
+              "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG,
+              "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+CHECKED_REDUCTIONS = ("sum", "min", "max", "avg")
+# Ops whose result a known input does not make cheap and exact to check.
+UNCHECKED_OPS = ("barrier",)
+
+
+def trace_params(config: pytest.Config) -> list[Any]:
+    """The traces test_replay runs: the shipped ones, then --distbench-replay's, one
+    pytest.param each (id: the trace directory's name)."""
+    from ...settings import of_session
+
+    shipped = sorted(str(p) for p in SHIPPED.iterdir() if trace_format.is_trace(p))
+    chosen = list(dict.fromkeys(shipped + list(of_session(config).replay or [])))
+    return [pytest.param(d, id=Path(d).name) for d in chosen]
+
+
+def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
+           name: str | None = None) -> None:
+    """Replay `trace` (a Trace or its directory) in this rank and measure it."""
+    if not isinstance(trace, Trace):
+        try:
+            trace = trace_format.load(trace)
+        except TraceError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    world = distbench.world_size
+    if world < trace.world_size:
+        pytest.skip(f"trace {trace.name} needs {trace.world_size} ranks; this world has {world}")
+    problem = shape_problem(trace)
+    if problem:
+        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
+    # Every rank agrees before any allocates: one rank refusing alone would leave the others
+    # waiting for it in new_group.
+    problems: list[Any] = [None] * world
+    dist.all_gather_object(problems, memory_problem(trace, memory_available()),
+                           group=distbench.group)
+    problem = next((p for p in problems if p), None)
+    if problem:
+        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
+    groups = _Groups(distbench, trace)
+    try:
+        _measure(distbench, trace, groups, name)
+    finally:
+        groups.destroy()
+
+
+def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) -> None:
+    rank = distbench.rank
+    players = list(range(trace.world_size))
+    replayer = _Replayer(trace, rank, groups, distbench.device) if rank in players else None
+    step = replayer.step if replayer is not None else _idle
+    figures: dict[str, Any] = {
+        "trace": trace.name, "trace_ranks": trace.world_size, "source": trace.source,
+        "captured_backend": trace.backend, "captured_device": trace.device,
+        "steps": len(trace.steps) or len({c.step for cs in trace.calls.values() for c in cs}),
+        "calls": sum(len(cs) for cs in trace.calls.values()),
+        "calls_per_rank": max(len(cs) for cs in trace.calls.values()),
+        "bytes": step_bytes(trace), "skipped": list(trace.skipped),
+        "unchecked": unchecked(trace),
+        # Filled by check(), after the timed iterations: measure() keeps this very list.
+        "breakdown": [],
+    }
+    breakdown: list[dict[str, Any]] = figures["breakdown"]
+
+    def check() -> int:
+        # Every rank's calls, timed over the replays so far, before the checking replay.
+        mine = replayer.timed() if replayer is not None else []
+        everyone: list[Any] = [None] * distbench.world_size
+        dist.all_gather_object(everyone, mine)
+        breakdown.extend(aggregate(Timed(*c) for calls in everyone for c in calls))
+        return replayer.check() if replayer is not None else 0
+
+    # The ranks past the trace's only keep in step: their times are not the replay's.
+    timed = players if trace.world_size < distbench.world_size else None
+    distbench.measure(step, nbytes=step_bytes(trace), family=FAMILY, check=check,
+                      figures=figures, name=name, ranks=timed, pressure_ranks=timed)
+
+
+def _idle() -> None:
+    return None
+
+
+def step_bytes(trace: Trace) -> int:
+    """Bytes of one replay: the busiest rank's (nccl-tests' size of each of its calls)."""
+    return max(trace.step_bytes(r) for r in range(trace.world_size))
+
+
+def unchecked(trace: Trace) -> list[str]:
+    """The calls whose results the replay does not check, by kind (e.g. "barrier",
+    "all_reduce product", "reduce (non-root ranks)")."""
+    found = set()
+    for rank, calls in trace.calls.items():
+        for c in calls:
+            why = _unchecked(c, rank)
+            if why:
+                found.add(why)
+    return sorted(found)
+
+
+def _unchecked(call: Call, rank: int) -> str | None:
+    if call.op in UNCHECKED_OPS:
+        return call.op
+    buffers = call.inputs + call.outputs
+    if any(b.dtype == "bool" for b in buffers):
+        return f"{call.op} bool"
+    reduce_op = REPLAYED_AS.get(call.reduce_op or "", call.reduce_op)
+    if call.reduce_op is not None and reduce_op not in CHECKED_REDUCTIONS:
+        return f"{call.op} {call.reduce_op}"
+    if reduce_op == "avg" and any(not b.dtype.startswith(("float", "bfloat", "complex"))
+                                  for b in buffers):
+        return f"{call.op} avg of integers"
+    if call.op == "reduce" and rank != call.root:
+        return "reduce (non-root ranks)"
+    return None
+
+
+def memory_problem(trace: Trace, available: int | None) -> str | None:
+    """Why the trace's buffers cannot be allocated in the ranks of this host (None: they can,
+    or the memory available is not known). The ranks of a host share its memory: in a local
+    world all of them, under a launcher LOCAL_WORLD_SIZE."""
+    if available is None:
+        return None
+    here = min(trace.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", trace.world_size)))
+    per_rank = max(trace.memory_bytes(r) for r in range(trace.world_size))
+    if per_rank * here <= available:
+        return None
+    return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
+            f"{units.format_size(per_rank * here)} for its {here} rank(s) on this host, and "
+            f"{units.format_size(available)} of memory is available")
+
+
+def shape_problem(trace: Trace) -> str | None:
+    """Why a call's buffers cannot be replayed as recorded (None: all can). Every rank reads
+    every rank's calls, so every rank fails together, before any collective."""
+    for rank, calls in sorted(trace.calls.items()):
+        for i, c in enumerate(calls):
+            n = trace_format.group_size(trace, c)
+            problem = _call_shape_problem(c, n)
+            if problem:
+                return f"rank {rank} call {i} ({c.op}): {problem}"
+    return None
+
+
+def _call_shape_problem(c: Call, n: int) -> str | None:
+    ins, outs = c.inputs, c.outputs
+    if c.op in ("all_gather", "all_to_all") and len(outs) != n:
+        return f"{len(outs)} outputs for a group of {n} (one per rank expected)"
+    if c.op in ("reduce_scatter", "all_to_all") and len(ins) != n:
+        return f"{len(ins)} inputs for a group of {n} (one per rank expected)"
+    if c.op in ("all_gather", "all_gather_into_tensor", "reduce_scatter",
+                "reduce_scatter_tensor", "all_to_all_single", "recv") and not outs:
+        return "no output buffer"
+    if c.op in ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+                "all_to_all_single", "send", "reduce") and not ins:
+        return "no input buffer"
+    if c.op == "all_gather_into_tensor" and outs[0].nbytes != n * ins[0].nbytes:
+        return f"output of {outs[0].nbytes} B is not {n} x the input's {ins[0].nbytes} B"
+    if c.op == "reduce_scatter_tensor" and ins[0].nbytes != n * outs[0].nbytes:
+        return f"input of {ins[0].nbytes} B is not {n} x the output's {outs[0].nbytes} B"
+    if c.op == "all_to_all_single" and (
+            ins[0].nbytes != outs[0].nbytes or math.prod(ins[0].shape) % n):
+        return f"input and output must hold the same bytes, divisible in {n} equal chunks"
+    return None
+
+
+class _Groups:
+    """The trace's process groups in this world: made in every rank, in the manifest's order
+    (new_group is collective over the whole world, members or not)."""
+
+    def __init__(self, distbench: Any, trace: Trace) -> None:
+        self.handles: dict[int, Any] = {}
+        self._made: list[Any] = []
+        self.world = distbench.group
+        for gid, members in sorted(trace.groups.items()):
+            if gid == 0 and trace.world_size == distbench.world_size:
+                self.handles[gid] = distbench.group
+                continue
+            handle = dist.new_group(list(members))
+            self.handles[gid] = handle
+            if handle is not dist.GroupMember.NON_GROUP_MEMBER:
+                self._made.append(handle)
+
+    def destroy(self) -> None:
+        for handle in self._made:
+            dist.destroy_process_group(handle)
+        self._made.clear()
+
+
+class _Replayer:
+    """One rank's calls, ready to issue: buffers allocated once, each call's issue prepared,
+    the waits placed where the trace waited."""
+
+    def __init__(self, trace: Trace, rank: int, groups: _Groups, device: torch.device) -> None:
+        self.trace, self.rank = trace, rank
+        self.calls = trace.calls[rank]
+        self.inputs = [[_empty(b, device) for b in c.inputs] for c in self.calls]
+        self.outputs = [[_empty(b, device) for b in c.outputs] for c in self.calls]
+        self.members = [sorted(trace.groups[c.group]) for c in self.calls]
+        self.issues = [_issue(c, ins, outs, groups.handles[c.group], groups.world)
+                       for c, ins, outs in zip(self.calls, self.inputs, self.outputs,
+                                               strict=True)]
+        self.waits_at = waits_at(self.calls)
+        self.spent = [0.0] * len(self.calls)
+        self.replays = 0
+
+    def step(self) -> None:
+        clock = time.perf_counter
+        issues, waits_at, spent = self.issues, self.waits_at, self.spent
+        works: list[Any] = [None] * len(issues)
+        issued = [0.0] * len(issues)
+        for i, issue in enumerate(issues):
+            for k in waits_at[i]:
+                for work in works[k]:
+                    work.wait()
+                spent[k] += clock() - issued[k]
+            issued[i] = clock()
+            works[i] = issue()
+        for k in waits_at[len(issues)]:
+            for work in works[k]:
+                work.wait()
+            spent[k] += clock() - issued[k]
+        self.replays += 1
+        if self.replays == 1:
+            # The first replay makes the groups' connections: not what a step costs.
+            spent[:] = [0.0] * len(spent)
+
+    def timed(self) -> list[tuple[str, int, int, float]]:
+        """(op, group size, bytes, mean seconds per replay) of each call, replays after the
+        first."""
+        replays = max(1, self.replays - 1)
+        return [(c.op, len(m), c.nbytes, s / replays)
+                for c, m, s in zip(self.calls, self.members, self.spent, strict=True)]
+
+    def check(self) -> int:
+        """Elements wrong after one replay from known inputs: rank r's inputs hold r + 1."""
+        for ins, outs in zip(self.inputs, self.outputs, strict=True):
+            for t in ins:
+                t.fill_(_value(self.rank, t))
+            for t in outs:
+                t.zero_()
+        self.step()
+        return sum(_wrong(c, self.rank, m, ins, outs) for c, m, ins, outs in zip(
+            self.calls, self.members, self.inputs, self.outputs, strict=True))
+
+
+def waits_at(calls: Sequence[Call]) -> list[list[int]]:
+    """For each call index i (and len(calls): the step's end), the calls to wait for before
+    issuing call i. A run of consecutive sends and receives is issued as a whole before any of
+    them is waited for: a pair recorded as blocking on each side in opposite orders (NCCL's
+    small sends complete before their receive is posted) would otherwise hang."""
+    n = len(calls)
+    due = [n if c.wait_before is None else c.wait_before for c in calls]
+    i = 0
+    while i < n:
+        j = i
+        while j < n and calls[j].op in POINT_TO_POINT:
+            j += 1
+        for k in range(i, j):
+            due[k] = max(due[k], j)
+        i = max(j, i + 1)
+    found: list[list[int]] = [[] for _ in range(n + 1)]
+    for k, at in enumerate(due):
+        found[at].append(k)
+    return found
+
+
+def _empty(buffer: trace_format.Buffer, device: torch.device) -> torch.Tensor:
+    return torch.zeros(buffer.shape, dtype=getattr(torch, buffer.dtype), device=device)
+
+
+def _issue(c: Call, ins: list[torch.Tensor], outs: list[torch.Tensor], group: Any,
+           world: Any) -> Callable[[], list[Any]]:
+    """The call, issued asynchronously: its works."""
+    op = REDUCE_OPS.get(REPLAYED_AS.get(c.reduce_op or "", c.reduce_op or "sum"))
+    kind = c.op
+    if kind == "all_reduce":
+        return lambda: [dist.all_reduce(t, op=op, group=group, async_op=True) for t in ins]
+    if kind == "all_gather":
+        return lambda: [dist.all_gather(outs, ins[0], group=group, async_op=True)]
+    if kind == "all_gather_into_tensor":
+        return lambda: [dist.all_gather_into_tensor(outs[0], ins[0], group=group,
+                                                    async_op=True)]
+    if kind == "reduce_scatter":
+        return lambda: [dist.reduce_scatter(outs[0], ins, op=op, group=group, async_op=True)]
+    if kind == "reduce_scatter_tensor":
+        return lambda: [dist.reduce_scatter_tensor(outs[0], ins[0], op=op, group=group,
+                                                   async_op=True)]
+    if kind == "all_to_all":
+        return lambda: [dist.all_to_all(outs, ins, group=group, async_op=True)]
+    if kind == "all_to_all_single":
+        return lambda: [dist.all_to_all_single(outs[0], ins[0], group=group, async_op=True)]
+    if kind == "broadcast":
+        return lambda: [dist.broadcast(t, src=c.root, group=group, async_op=True) for t in ins]
+    if kind == "reduce":
+        return lambda: [dist.reduce(ins[0], dst=c.root, op=op, group=group, async_op=True)]
+    if kind == "barrier":
+        return lambda: [dist.barrier(group=group, async_op=True)]
+    # Point to point on the world's group: the trace names peers by global rank.
+    if kind == "send":
+        return lambda: [dist.isend(t, dst=c.peer, group=world) for t in ins]
+    if kind == "recv":
+        return lambda: [dist.irecv(t, src=c.peer, group=world) for t in outs]
+    raise AssertionError(f"op {kind!r} passed trace.load without a replay")
+
+
+def _value(rank: int, t: torch.Tensor) -> Any:
+    return True if t.dtype == torch.bool else rank + 1
+
+
+def _wrong(c: Call, rank: int, members: list[int], ins: list[torch.Tensor],
+           outs: list[torch.Tensor]) -> int:
+    if _unchecked(c, rank):
+        return 0
+    values = [m + 1 for m in members]
+    kind = c.op
+    if kind in ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"):
+        reduce_op = REPLAYED_AS.get(c.reduce_op or "", c.reduce_op)
+        expected = {"sum": sum(values), "min": min(values), "max": max(values),
+                    "avg": sum(values) / len(values)}[reduce_op or "sum"]
+        return sum(_differ(t, expected) for t in (ins if kind in ("all_reduce", "reduce")
+                                                  else outs))
+    if kind in ("all_gather", "all_to_all"):
+        return sum(_differ(t, v) for t, v in zip(outs, values, strict=True))
+    if kind in ("all_gather_into_tensor", "all_to_all_single"):
+        chunks = outs[0].reshape(len(values), -1)
+        return sum(_differ(chunk, v) for chunk, v in zip(chunks, values, strict=True))
+    if kind == "broadcast":
+        return sum(_differ(t, (c.root or 0) + 1) for t in ins)
+    if kind == "recv":
+        return sum(_differ(t, (c.peer or 0) + 1) for t in outs)
+    return 0  # send: its receiver checks
+
+
+def _differ(t: torch.Tensor, expected: float) -> int:
+    return int((t != expected).sum())

@@ -1,0 +1,64 @@
+"""Traces for the replay tests, built as Trace objects and written with trace.write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_distbench.families.replay.trace import Buffer, Call, Trace, write
+
+
+def three_rank_trace(name: str = "three", steps: int = 2) -> Trace:
+    """Three ranks, a subgroup [0, 2]; per step: an async all_reduce waited two calls later,
+    an all_gather_into_tensor, the subgroup's all_reduce (ranks 0 and 2 only), a broadcast
+    from rank 2, a send 0 -> 1 and a barrier."""
+    groups = {0: (0, 1, 2), 1: (0, 2)}
+    calls: dict[int, list[Call]] = {r: [] for r in range(3)}
+    for step in range(steps):
+        for rank, mine in calls.items():
+            def at(offset: int, mine: list[Call] = mine) -> int:
+                return len(mine) + offset
+
+            mine.append(Call("all_reduce", 0, inputs=(Buffer("float32", (1024,)),),
+                             reduce_op="sum", wait_before=at(2), step=step))
+            mine.append(Call("all_gather_into_tensor", 0, inputs=(Buffer("float32", (256,)),),
+                             outputs=(Buffer("float32", (768,)),), wait_before=at(1),
+                             step=step))
+            if rank != 1:
+                mine.append(Call("all_reduce", 1, inputs=(Buffer("int32", (4096,)),),
+                                 reduce_op="max", step=step))
+            mine.append(Call("broadcast", 0, inputs=(Buffer("float16", (512,)),), root=2,
+                             wait_before=at(1), step=step))
+            if rank == 0:
+                mine.append(Call("send", 0, inputs=(Buffer("float32", (128,)),), peer=1,
+                                 wait_before=at(1), step=step))
+            if rank == 1:
+                mine.append(Call("recv", 0, outputs=(Buffer("float32", (128,)),), peer=0,
+                                 wait_before=at(1), step=step))
+            mine.append(Call("barrier", 0, wait_before=at(1), step=step))
+    return Trace(name=name, world_size=3, groups=groups, calls=calls, backend="gloo",
+                 device="cpu", steps=list(range(steps)), skipped=["rank 1 call 9: c10d.foo"])
+
+
+def four_rank_trace(name: str = "four") -> Trace:
+    calls = {r: [Call("all_reduce", 0, inputs=(Buffer("float32", (64,)),), reduce_op="sum",
+                      wait_before=1)] for r in range(4)}
+    return Trace(name=name, world_size=4, groups={0: (0, 1, 2, 3)}, calls=calls)
+
+
+def huge_trace(name: str = "huge") -> Trace:
+    """Two ranks all-reducing 4 TiB each: no machine of this project has the memory."""
+    calls = {r: [Call("all_reduce", 0, inputs=(Buffer("float32", (1 << 40,)),),
+                      reduce_op="sum", wait_before=1)] for r in range(2)}
+    return Trace(name=name, world_size=2, groups={0: (0, 1)}, calls=calls)
+
+
+def written(trace: Trace, directory: Path) -> Path:
+    return write(trace, directory)
+
+
+def edit_json(path: Path, change) -> None:
+    """Rewrite the JSON file at `path` through `change(data)`."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
