@@ -62,3 +62,33 @@ def edit_json(path: Path, change) -> None:
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+
+
+# PARAM's basic trace: rank 0's entries; rank 1's are the same with the exchange reversed.
+PARAM_RANK_0 = [
+    {"comms": "all_reduce", "in_msg_size": 1024, "out_msg_size": 1024, "dtype": "Float",
+     "req": 1},
+    {"comms": "all_gather", "in_msg_size": 256, "out_msg_size": 512, "dtype": "Half"},
+    {"comms": "wait", "req": 1},
+    {"compute": "gemm", "mm_dim": 64, "dtype": "Float"},
+    {"comms": "isend", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
+     "src_rank": 0, "dst_rank": 1},
+    {"comms": "irecv", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
+     "src_rank": 1, "dst_rank": 0},
+    {"comms": "barrier"},
+    {"comms": "all_to_allv", "in_msg_size": 3, "out_msg_size": 3, "dtype": "Float",
+     "in_split": [1, 2], "out_split": [2, 1]},
+]
+
+
+def param_trace(tmp_path: Path) -> Path:
+    out = tmp_path / "param"
+    out.mkdir()
+    (out / "0.json").write_text(json.dumps(PARAM_RANK_0))
+    rank_1 = json.loads(json.dumps(PARAM_RANK_0))
+    rank_1[4] = {"comms": "irecv", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
+                 "src_rank": 0, "dst_rank": 1}
+    rank_1[5] = {"comms": "isend", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
+                 "src_rank": 1, "dst_rank": 0}
+    (out / "1.json").write_text(json.dumps(rank_1))
+    return out

@@ -9,7 +9,14 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from replay_traces import edit_json, four_rank_trace, huge_trace, three_rank_trace, written
+from replay_traces import (
+    edit_json,
+    four_rank_trace,
+    huge_trace,
+    param_trace,
+    three_rank_trace,
+    written,
+)
 
 from pytest_distbench.families.replay import options, trace
 from pytest_distbench.families.replay.breakdown import Timed, aggregate, bucket
@@ -177,7 +184,24 @@ def test_a_replay_option_naming_no_trace_is_a_usage_error(pytester, distbench_ru
     result = distbench_run(*SUITE, "--distbench-replay=empty,nowhere")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --distbench-replay: empty: neither a trace "
-                                 "(manifest.json) nor a directory of traces"])
+                                 "(manifest.json, or PARAM's <rank>.json files) nor a "
+                                 "directory of traces"])
+
+
+def test_a_param_basic_trace_replays_in_a_larger_world(pytester, distbench_run):
+    # PARAM's per-rank lists (2 ranks), in a 3-rank world: rank 2 idles.
+    param = param_trace(pytester.path)
+    out = pytester.path / "out.json"
+    result = distbench_run(*SUITE, "--world-size=3", f"--distbench-replay={param}",
+                           "--distbench-iterations=5", *SMALL, f"--distbench-json={out}")
+    result.assert_outcomes(passed=1, skipped=1)  # the shipped 4-rank trace skips
+    [record] = [r for r in _records(out) if r["figures"].get("trace") == "param"]
+    f = record["figures"]
+    assert record["wrong"] == 0 and f["source"] == "PARAM basic trace"
+    assert f["trace_ranks"] == 2 and f["calls"] == 10
+    assert {b["op"] for b in f["breakdown"]} == {"all_reduce", "all_gather_into_tensor",
+                                                 "send", "recv", "barrier"}
+    assert any("compute 'gemm'" in s for s in f["skipped"])
 
 
 # -- the pure parts -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from launching import free_port
+from replay_traces import edit_json, param_trace
 
 from pytest_distbench.families.replay import trace as fmt
 from pytest_distbench.families.replay.reading import read
@@ -73,41 +74,35 @@ def _damage(tmp_path: Path, edit) -> Path:
     return out
 
 
-def _edit_json(path: Path, change) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
 DAMAGES = {
     "a group naming rank 7 of a 4-rank world": (
-        lambda d: _edit_json(d / "manifest.json",
+        lambda d: edit_json(d / "manifest.json",
                              lambda m: m["groups"][1].__setitem__("ranks", [0, 7])),
         "manifest.json", "groups[1].ranks", "rank 7 is outside the 4-rank world"),
     "a missing rank file": (
         lambda d: (d / "rank2.json").unlink(), "rank2.json", "no such file", None),
     "an unknown operation": (
-        lambda d: _edit_json(d / "rank1.json", lambda r: r["calls"][0].__setitem__("op", "foo")),
+        lambda d: edit_json(d / "rank1.json", lambda r: r["calls"][0].__setitem__("op", "foo")),
         "rank1.json", "calls[0]", "field 'op'"),
     "a negative size": (
-        lambda d: _edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
             "shape", [-5])), "rank0.json", "inputs[0].shape", None),
     "a world size that is not a number": (
-        lambda d: _edit_json(d / "manifest.json", lambda m: m.__setitem__("world_size", "4")),
+        lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__("world_size", "4")),
         "manifest.json", "world_size", None),
     "another format's version": (
-        lambda d: _edit_json(d / "manifest.json", lambda m: m.__setitem__("version", 99)),
+        lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__("version", 99)),
         "manifest.json", "version", None),
     "not JSON": (lambda d: (d / "rank3.json").write_text("{calls: ["), "rank3.json", "not JSON",
                  None),
     "ranks that disagree on a group's collectives": (
-        lambda d: _edit_json(d / "rank3.json", lambda r: r["calls"].pop(0)),
+        lambda d: edit_json(d / "rank3.json", lambda r: r["calls"].pop(0)),
         "group 0", "differ at their collective 0", "a replay would hang"),
     "a send without its receive": (
-        lambda d: _edit_json(d / "rank1.json", lambda r: r["calls"].pop(-2)),
+        lambda d: edit_json(d / "rank1.json", lambda r: r["calls"].pop(-2)),
         "rank 0's sends", "do not match", None),
     "a rank file pointing outside the trace": (
-        lambda d: _edit_json(d / "manifest.json",
+        lambda d: edit_json(d / "manifest.json",
                              lambda m: m["ranks"].__setitem__("1", "../../etc/passwd")),
         "manifest.json", "ranks.1", "a file name in the trace directory"),
 }
@@ -136,37 +131,8 @@ def test_an_existing_trace_is_never_overwritten(tmp_path):
 
 # -- PARAM's basic traces -------------------------------------------------------------------
 
-PARAM_RANK_0 = [
-    {"comms": "all_reduce", "in_msg_size": 1024, "out_msg_size": 1024, "dtype": "Float",
-     "req": 1},
-    {"comms": "all_gather", "in_msg_size": 256, "out_msg_size": 512, "dtype": "Half"},
-    {"comms": "wait", "req": 1},
-    {"compute": "gemm", "mm_dim": 64, "dtype": "Float"},
-    {"comms": "isend", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
-     "src_rank": 0, "dst_rank": 1},
-    {"comms": "irecv", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
-     "src_rank": 1, "dst_rank": 0},
-    {"comms": "barrier"},
-    {"comms": "all_to_allv", "in_msg_size": 3, "out_msg_size": 3, "dtype": "Float",
-     "in_split": [1, 2], "out_split": [2, 1]},
-]
-
-
-def _param_trace(tmp_path: Path) -> Path:
-    out = tmp_path / "param"
-    out.mkdir()
-    (out / "0.json").write_text(json.dumps(PARAM_RANK_0))
-    rank_1 = json.loads(json.dumps(PARAM_RANK_0))
-    rank_1[4] = {"comms": "irecv", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
-                 "src_rank": 0, "dst_rank": 1}
-    rank_1[5] = {"comms": "isend", "in_msg_size": 10, "out_msg_size": 10, "dtype": "Float",
-                 "src_rank": 1, "dst_rank": 0}
-    (out / "1.json").write_text(json.dumps(rank_1))
-    return out
-
-
 def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
-    t = read(_param_trace(tmp_path))
+    t = read(param_trace(tmp_path))
     assert t.world_size == 2 and t.source == "PARAM basic trace"
     ops = [c.op for c in t.calls[0]]
     assert ops == ["all_reduce", "all_gather_into_tensor", "send", "recv", "barrier"]
@@ -187,7 +153,7 @@ def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
     (lambda e: e[4].__setitem__("dst_rank", 0), "field 'dst_rank'"),
 ])
 def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
-    out = _param_trace(tmp_path)
+    out = param_trace(tmp_path)
     entries = json.loads((out / "0.json").read_text())
     change(entries)
     (out / "0.json").write_text(json.dumps(entries))
@@ -197,7 +163,7 @@ def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
 
 
 def test_a_param_trace_missing_a_rank_says_which(tmp_path):
-    out = _param_trace(tmp_path)
+    out = param_trace(tmp_path)
     (out / "0.json").rename(out / "2.json")
     with pytest.raises(TraceError, match="no PARAM trace file for rank 0"):
         read(out)

@@ -7,7 +7,8 @@ from pathlib import Path
 from pytest_distbench import units
 from pytest_distbench.registry import Setting
 
-from . import trace
+from . import param, trace
+from .reading import read
 
 
 def trace_directories(text: str) -> list[str]:
@@ -20,20 +21,24 @@ def trace_directories(text: str) -> list[str]:
         path = Path(item).expanduser()
         if not path.is_dir():
             raise ValueError(f"{item}: no such directory")
-        if trace.is_trace(path):
+        if _is_trace(path):
             inside = [path]
         else:
-            inside = sorted(p for p in path.iterdir() if p.is_dir() and trace.is_trace(p))
+            inside = sorted(p for p in path.iterdir() if p.is_dir() and _is_trace(p))
             if not inside:
-                raise ValueError(f"{item}: neither a trace ({trace.MANIFEST}) nor a directory "
-                                 "of traces")
+                raise ValueError(f"{item}: neither a trace ({trace.MANIFEST}, or PARAM's "
+                                 "<rank>.json files) nor a directory of traces")
         for directory in inside:
             try:
-                trace.load(directory)
+                read(directory)
             except trace.TraceError as exc:
                 raise ValueError(str(exc)) from None
             found.append(str(directory.resolve()))
     return list(dict.fromkeys(found))
+
+
+def _is_trace(path: Path) -> bool:
+    return trace.is_trace(path) or param.looks_like_param(path)
 
 
 SETTINGS: tuple[Setting, ...] = (

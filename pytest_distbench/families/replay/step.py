@@ -31,6 +31,7 @@ from ... import units
 from ...harness.ranks.pressure import memory_available
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
+from .reading import read
 from .trace import POINT_TO_POINT, Call, Trace, TraceError
 
 FAMILY = "replay"
@@ -64,7 +65,7 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     """Replay `trace` (a Trace or its directory) in this rank and measure it."""
     if not isinstance(trace, Trace):
         try:
-            trace = trace_format.load(trace)
+            trace = read(trace)
         except TraceError as exc:
             pytest.fail(str(exc), pytrace=False)
     world = distbench.world_size
