@@ -47,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     options = settings_module.of_session(config)
     if not options.run:
         return
+    for family in registry.families():
+        if family.collect is not None:
+            config.args.extend(p for p in family.collect(options) if p not in config.args)
     from .harness.launcher import plugin as launcher_plugin
     from .harness.xdist import mode as xdist
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
@@ -83,6 +83,9 @@ class Family:
     # More of a table, in a format of the family's own (the seed's per-point block): in the
     # terminal under -v, always in the markdown file.
     details: Mapping[str, TableStyle] = field(default_factory=dict)
+    # Paths pytest collects besides the user's, given the session's settings (a family whose
+    # option names what to run: --distbench-replay collects the replay suite).
+    collect: Callable[[Any], Sequence[str]] | None = None
 
 
 class Found(NamedTuple):

@@ -62,13 +62,14 @@ def test_a_three_rank_trace_replays_checked_with_its_breakdown_and_a_larger_trac
             replay(distbench, {str(three)!r}, name="second")
             assert len(distributed_c10d._world.pg_map) == before
         """)
+    written(four_rank_trace(), pytester.path / "traces" / "four")
     out = pytester.path / "out.json"
     result = distbench_run(*SUITE, "test_groups.py", "--world-size=3",
                            f"--distbench-replay={pytester.path}/traces", "--distbench-iterations=5",
                            *SMALL, f"--distbench-json={out}", "-rs")
-    # The shipped trace needs 4 ranks: skipped with both sizes; the generated one passes.
+    # The 4-rank trace is skipped with both sizes; the 3-rank one passes.
     result.assert_outcomes(passed=2, skipped=1)
-    result.stdout.fnmatch_lines([f"SKIPPED*trace {NAME} needs 4 ranks; this world has 3*"])
+    result.stdout.fnmatch_lines(["SKIPPED*trace four needs 4 ranks; this world has 3*"])
     result.stdout.fnmatch_lines(["worlds started: gloo ws3 cpu *"])  # one world for all
     records = _records(out)
     assert sorted(r["name"] for r in records if r["id"].startswith("test_groups.py")) == [
@@ -113,7 +114,8 @@ def test_traces_of_fewer_ranks_replay_in_a_larger_world(pytester, distbench_run)
     in the first)."""
     written(three_rank_trace(steps=1), pytester.path / "three")
     out = pytester.path / "out.json"
-    result = distbench_run(*SUITE, "--world-size=4", f"--distbench-replay={pytester.path}/three",
+    result = distbench_run(*SUITE, "--world-size=4",
+                           f"--distbench-replay={pytester.path}/three,{SHIPPED / NAME}",
                            "--distbench-budget=0.2s", *SMALL, f"--distbench-json={out}")
     result.assert_outcomes(passed=2)
     records = {r["figures"]["trace"]: r for r in _records(out)}
@@ -192,9 +194,10 @@ def test_a_param_basic_trace_replays_in_a_larger_world(pytester, distbench_run):
     # PARAM's per-rank lists (2 ranks), in a 3-rank world: rank 2 idles.
     param = param_trace(pytester.path)
     out = pytester.path / "out.json"
-    result = distbench_run(*SUITE, "--world-size=3", f"--distbench-replay={param}",
+    # The option alone collects the replay suite, which then runs the given traces only.
+    result = distbench_run("--distbench", "--world-size=3", f"--distbench-replay={param}",
                            "--distbench-iterations=5", *SMALL, f"--distbench-json={out}")
-    result.assert_outcomes(passed=1, skipped=1)  # the shipped 4-rank trace skips
+    result.assert_outcomes(passed=1)
     [record] = [r for r in _records(out) if r["figures"].get("trace") == "param"]
     f = record["figures"]
     assert record["wrong"] == 0 and f["source"] == "PARAM basic trace"

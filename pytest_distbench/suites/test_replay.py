@@ -1,9 +1,11 @@
 """Captured traces replayed as benchmarks (docs/replay.md).
 
     pytest --distbench --world-size=4 --pyargs pytest_distbench.suites -k replay
+    pytest --distbench --world-size=4 --distbench-replay=trace/
 
-Runs the shipped trace (suites/traces/) and every trace of ``--distbench-replay=DIR[,DIR...]``,
-each in the whole world (a trace of N ranks replays on ranks 0..N-1; a smaller world skips).
+Runs every trace of ``--distbench-replay=DIR[,DIR...]`` (the option alone collects this
+suite), or without it the shipped trace (suites/traces/), each in the whole world (a trace of
+N ranks replays on ranks 0..N-1; a smaller world skips).
 """
 
 import pytest

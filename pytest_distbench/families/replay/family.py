@@ -97,9 +97,20 @@ def render_replay(records: list[Record]) -> str:
     return "\n\n".join(blocks) + short + "\n" + NOTE
 
 
+def _suite(settings: Any) -> list[str]:
+    """--distbench-replay runs its traces without naming the suite: `pytest --distbench
+    --distbench-replay=trace/` is the whole command."""
+    if not settings.replay:
+        return []
+    from pathlib import Path
+
+    return [str(Path(__file__).resolve().parents[2] / "suites" / "test_replay.py")]
+
+
 FAMILY = Family(
     name="replay",
     settings=SETTINGS,
     tables={"replay": render_replay},
     headlines={"replay": "p50 of one replay of the trace's steps ± 95 % CI"},
+    collect=_suite,
 )

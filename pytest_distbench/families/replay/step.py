@@ -51,12 +51,12 @@ UNCHECKED_OPS = ("barrier",)
 
 
 def trace_params(config: pytest.Config) -> list[Any]:
-    """The traces test_replay runs: the shipped ones, then --distbench-replay's, one
-    pytest.param each (id: the trace directory's name)."""
+    """The traces test_replay runs: --distbench-replay's, else the shipped ones (the main
+    job's), one pytest.param each (id: the trace directory's name)."""
     from ...settings import of_session
 
-    shipped = sorted(str(p) for p in SHIPPED.iterdir() if trace_format.is_trace(p))
-    chosen = list(dict.fromkeys(shipped + list(of_session(config).replay or [])))
+    chosen = list(of_session(config).replay or []) or sorted(
+        str(p) for p in SHIPPED.iterdir() if trace_format.is_trace(p))
     return [pytest.param(d, id=Path(d).name) for d in chosen]
 
 
