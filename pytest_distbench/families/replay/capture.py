@@ -183,7 +183,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 name=self.name or self.out.resolve().name, world_size=world, groups=groups,
                 calls={}, backend=str(backend), device=device,
                 steps=self.steps if self.steps is not None else list(range(self.step_index)),
-                source=f"capture (torch {torch.__version__})",
+                source=f"pytest_distbench.capture, torch {torch.__version__}",
                 skipped=[s for _, theirs in gathered for s in theirs]))
 
 
