@@ -229,6 +229,9 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
         at = argv.index("...")
         argv[at:at + 1] = ANY_SUITE + ([] if "-k" in argv else ANY_SELECTION)
     if argv[0] == "pytest-distbench":
+        if "--" in argv:  # capture: the launch after -- runs with this Python too
+            at = argv.index("--") + 1
+            argv[at:] = _with_python(argv[at:], python)
         return [python, "-m", "pytest_distbench.cli", *argv[1:]]
     if argv[0] == "torchrun":
         argv = [python, "-m", "torch.distributed.run", *argv[1:]]
@@ -238,6 +241,14 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
         argv += ONE_SUITE
     argv += _budget(argv)
     return argv
+
+
+def _with_python(launch: list[str], python: str) -> list[str]:
+    if launch[:1] == ["torchrun"]:
+        return [python, "-m", "torch.distributed.run", *launch[1:]]
+    if launch[:1] == ["python"]:
+        return [python, *launch[1:]]
+    return launch
 
 
 def _budget(argv: list[str]) -> list[str]:

@@ -65,7 +65,10 @@ def _text(output: str | bytes | None) -> str:
 def torchrun_tmpdir(argv: list[str], cwd: Path) -> dict[str, str]:
     """For a torchrun command, a TMPDIR inside the test's directory: torchrun makes a
     torchelastic_* log folder in the temporary directory and never removes it."""
-    if argv[:len(TORCHRUN)] != TORCHRUN and argv[:1] != ["torchrun"]:
+    # torchrun first, or after a `--` (pytest-distbench capture -- torchrun ...).
+    starts = [0] + [i + 1 for i, a in enumerate(argv) if a == "--"]
+    if not any(argv[i:i + len(TORCHRUN)] == TORCHRUN or argv[i:i + 1] == ["torchrun"]
+               for i in starts):
         return {}
     folder = Path(cwd) / "torchrun-tmp"
     folder.mkdir(exist_ok=True)

@@ -53,6 +53,21 @@ def huge_trace(name: str = "huge") -> Trace:
     return Trace(name=name, world_size=2, groups={0: (0, 1)}, calls=calls)
 
 
+def two_rank_trace(name: str = "trace") -> Trace:
+    """What a captured 2-rank DDP step looks like: two gradient buckets all-reduced, the
+    first overlapped with the second, then a small broadcast; two steps."""
+    calls = []
+    for step in range(2):
+        at = len(calls)
+        calls += [Call("all_reduce", 0, inputs=(Buffer("float32", (262144,)),),
+                       reduce_op="sum", wait_before=at + 2, step=step),
+                  Call("all_reduce", 0, inputs=(Buffer("float32", (131072,)),),
+                       reduce_op="sum", wait_before=at + 2, step=step),
+                  Call("broadcast", 0, inputs=(Buffer("int32", (4,)),), root=0, step=step)]
+    return Trace(name=name, world_size=2, groups={0: (0, 1)}, calls={0: calls, 1: list(calls)},
+                 steps=[0, 1])
+
+
 def written(trace: Trace, directory: Path) -> Path:
     return write(trace, directory)
 

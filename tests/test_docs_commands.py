@@ -36,6 +36,7 @@ from doc_commands import (
 )
 from launching import torchrun_tmpdir
 from leaks import TAG_VARIABLE, processes_with_tag
+from replay_traces import two_rank_trace, written
 from zygote import ZygotePool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +83,10 @@ def template(tmp_path_factory: pytest.TempPathFactory, zygotes: ZygotePool) -> P
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, repo / name)
     (repo / "bench_comms.py").write_text(USER_BENCHMARK)
+    # docs/replay.md: its example program, and the trace its capture step leaves.
+    (repo / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "replay_programs.py", repo / "benchmarks")
+    written(two_rank_trace(), repo / "trace")
     # --distbench-baseline-python=../main/.venv/bin/python: main's checkout beside this one,
     # with this environment as its virtual environment.
     (base / "main").mkdir()
@@ -152,6 +157,8 @@ class Runner:
         repo = checkout / "repo"
         if _saves_anew(command):  # the docs' "first run": no baseline of that name yet
             (repo / "baselines" / "main.json").unlink()
+        if command.argv[:2] == ["pytest-distbench", "capture"]:  # the trace it makes is new
+            shutil.rmtree(repo / command.argv[command.argv.index("--out") + 1])
         argv = runnable(command, sys.executable, _env(repo, command.env))
         env = {**_env(repo, command.env), **torchrun_tmpdir(argv, checkout)}
         try:
