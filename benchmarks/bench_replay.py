@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -113,12 +112,11 @@ def main() -> None:
                           f"{'-' if a is None else f'{a * 1e3:.2f}':>17} "
                           f"{'-' if b is None else f'{b * 1e3:.2f}':>15} {ratio}")
                 busy = sum(first.values()) / ranks
-                p50 = record["p50_s"] / per_step
+                p50 = record["summary"]["p50"] / per_step
                 print(f"{program:8} {ranks:5} {'(whole step)':24} {busy * 1e3:17.2f} "
                       f"{p50 * 1e3:15.2f} {p50 / busy if busy else float('nan'):6.2f}"
                       + (f"   ({unknown} calls without a completion time left out)"
                          if unknown else ""))
-    os.sys.stdout.flush()
 
 
 if __name__ == "__main__":

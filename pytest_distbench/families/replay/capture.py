@@ -268,6 +268,8 @@ def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> lis
                          if pending[j].call["op"] not in fmt.POINT_TO_POINT), None)
         else:
             wait = i + 1 if i + 1 < step_end else None
+        if wait is None and step_end < n:
+            wait = step_end  # waited by the step's end: before the next step's first call
         calls.append(fmt.Call(
             op=c["op"], group=ids[p.ranks],
             inputs=tuple(fmt.Buffer(b["dtype"], tuple(b["shape"])) for b in c.get("inputs", [])),

@@ -68,7 +68,7 @@ class Call:
     """One collective or point-to-point call, as the rank issued it.
 
     `wait_before` is where the program waited for it: before the call of that index (its own
-    index + 1 for a call waited at once: a synchronous call), or None for the step's end.
+    index + 1 for a call waited at once: a synchronous call), or None: at the trace's end.
     Times are host seconds from the capture's start: issued (the call entered), completed
     (the transport finished it; None where the backend does not say)."""
 
