@@ -9,8 +9,11 @@ Work future), summed over the ranks' calls of a kind, per captured step; compute
 it, but the program's compute runs beside its communication on the same cores. Replay: the
 same calls with no compute between them, each timed from its issue to the end of its wait,
 summed over the ranks the same way (the record's breakdown), per step. ratio = replay /
-original. The whole step: the replay's p50 per step (wall time) beside the original's
-communication summed over kinds and divided by the ranks (the mean rank's busy time).
+original. "replay, loaded": the same replay with one busy thread per rank
+(--distbench-cpu-threads=1) standing in for the program's compute, which in the original
+shares the cores with the communication. Overlapped calls each count their whole time in
+flight, on both sides alike, so a kind's figure is the time its calls were outstanding, not
+the step's wall time.
 """
 
 from __future__ import annotations
@@ -65,13 +68,14 @@ def original(trace_dir: Path) -> tuple[dict[str, float], int, int]:
     return dict(by_op), steps, unknown
 
 
-def replay(trace_dir: Path, ranks: int, budget: str, work: Path) -> dict:
+def replay(trace_dir: Path, ranks: int, budget: str, work: Path, *extra: str) -> dict:
     out = work / "replay.json"
+    out.unlink(missing_ok=True)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
          f"--world-size={ranks}", f"--distbench-replay={trace_dir}",
          f"--distbench-budget={budget}", f"--distbench-json={out}", "--pyargs",
-         "pytest_distbench.suites.test_replay", "-k", trace_dir.name],
+         "pytest_distbench.suites.test_replay", "-k", trace_dir.name, *extra],
         capture_output=True, text=True, timeout=600, cwd=work)
     if done.returncode:
         raise SystemExit(f"replay of {trace_dir} failed:\n{done.stdout[-3000:]}")
@@ -89,8 +93,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--budget", default="3s", help="the replay's budget per trace")
     args = parser.parse_args()
-    print(f"{'program':8} {'ranks':>5} {'op':24} {'original ms/step':>17} "
-          f"{'replay ms/step':>15} {'ratio':>6}")
+    print(f"{'program':8} {'ranks':>5} {'op':24} {'original':>9} {'replay':>9} {'ratio':>6} "
+          f"{'replay, loaded':>15} {'ratio':>6}   (ms per step)")
     for program in args.programs.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
             if program == "2d" and ranks % 2:
@@ -99,24 +103,43 @@ def main() -> None:
                 work = Path(tmp)
                 trace_dir = work / f"{program}_{ranks}"
                 capture(program, ranks, args.steps, trace_dir)
-                first, steps, unknown = original(trace_dir)
-                record = replay(trace_dir, ranks, args.budget, work)
-                per_step = int(record["figures"]["steps"]) or 1
-                second: dict[str, float] = defaultdict(float)
-                for row in record["figures"]["breakdown"]:
-                    second[row["op"]] += row["seconds"] / per_step
-                for op in sorted(set(first) | set(second)):
-                    a, b = first.get(op), second.get(op)
-                    ratio = f"{b / a:6.2f}" if a and b else "     -"
-                    print(f"{program:8} {ranks:5} {op:24} "
-                          f"{'-' if a is None else f'{a * 1e3:.2f}':>17} "
-                          f"{'-' if b is None else f'{b * 1e3:.2f}':>15} {ratio}")
-                busy = sum(first.values()) / ranks
-                p50 = record["summary"]["p50"] / per_step
-                print(f"{program:8} {ranks:5} {'(whole step)':24} {busy * 1e3:17.2f} "
-                      f"{p50 * 1e3:15.2f} {p50 / busy if busy else float('nan'):6.2f}"
-                      + (f"   ({unknown} calls without a completion time left out)"
-                         if unknown else ""))
+                first, _, unknown = original(trace_dir)
+                quiet = by_op(replay(trace_dir, ranks, args.budget, work))
+                # One busy thread per rank beside the replay: the program's compute, which
+                # shares the cores with its communication in the original.
+                loaded = by_op(replay(trace_dir, ranks, args.budget, work,
+                                      "--distbench-cpu-threads=1"))
+            rows = sorted(set(first) | set(quiet))
+            for op in [*rows, "(all kinds)"]:
+                if op == "(all kinds)":
+                    known = [o for o in rows if o in first]  # like for like: both sides timed
+                    a = sum(first[o] for o in known) or None
+                    b = sum(quiet.get(o, 0.0) for o in known) or None
+                    c = sum(loaded.get(o, 0.0) for o in known) or None
+                else:
+                    a, b, c = first.get(op), quiet.get(op), loaded.get(op)
+                print(f"{program:8} {ranks:5} {op:24} {_ms(a):>9} {_ms(b):>9} {_ratio(b, a)} "
+                      f"{_ms(c):>15} {_ratio(c, a)}")
+            if unknown:
+                print(f"{'':39}({unknown} captured calls had no completion time: gloo gives "
+                      "none for them; left out of the original and of (all kinds))")
+
+
+def by_op(record: dict) -> dict[str, float]:
+    """The record's breakdown as seconds per step by op (every rank's calls summed)."""
+    per_step = int(record["figures"]["steps"]) or 1
+    found: dict[str, float] = defaultdict(float)
+    for row in record["figures"]["breakdown"]:
+        found[row["op"]] += row["seconds"] / per_step
+    return dict(found)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:6.2f}" if a and b else f"{'-':>6}"
 
 
 if __name__ == "__main__":
