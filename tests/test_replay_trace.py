@@ -291,3 +291,28 @@ def test_the_capture_command_says_what_is_wrong_in_one_line(tmp_path, args, expe
     assert done.returncode != 0 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "t").exists()  # no partial trace left behind
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("program, ranks, ops, groups", [
+    ("fsdp2", 2, {"all_gather_into_tensor", "reduce_scatter_tensor"}, 1),
+    ("2d", 4, {"all_reduce"}, 5),
+])
+def test_real_programs_capture_and_replay_checked(pytester, distbench_run, program, ranks, ops,
+                                                  groups):
+    programs = Path(__file__).resolve().parent.parent / "benchmarks" / "replay_programs.py"
+    out = pytester.path / "trace"
+    done = _capture(pytester.path, "--out", str(out), "--steps", "1", "--",
+                    sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+                    f"--master-port={free_port()}", str(programs), program, "--steps", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    t = read(out)
+    assert {c.op for calls in t.calls.values() for c in calls} == ops
+    assert len(t.groups) == groups and t.skipped == []
+    result = distbench_run("--distbench", f"--world-size={ranks + 1}",
+                           f"--distbench-replay={out}", "--distbench-iterations=3",
+                           "--distbench-warmup=1", f"--distbench-json={pytester.path / 'r.json'}")
+    result.assert_outcomes(passed=1)
+    [record] = [b["distbench"] for b in
+                json.loads((pytester.path / "r.json").read_text())["benchmarks"]]
+    assert record["wrong"] == 0 and {b["op"] for b in record["figures"]["breakdown"]} == ops
