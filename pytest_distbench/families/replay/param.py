@@ -148,13 +148,7 @@ def _group(entry: dict[str, Any], at: str, rank: int, world: int,
     ranks = entry.get("global_ranks")
     if ranks is None or ranks == []:
         return 0
-    if not (isinstance(ranks, list) and all(fmt._index(r) for r in ranks)
-            and len(set(ranks)) == len(ranks)):
-        raise TraceError(f"{at}: field 'global_ranks': expected distinct ranks")
-    outside = [r for r in ranks if r >= world]
-    if outside:
-        raise TraceError(f"{at}: field 'global_ranks': rank {outside[0]} is outside the "
-                         f"{world}-rank world (one file per rank)")
+    ranks = fmt.group_ranks(ranks, world, f"{at}: field 'global_ranks'")
     if rank not in ranks:
         raise TraceError(f"{at}: field 'global_ranks': rank {rank} is not among them")
     return groups.setdefault(tuple(sorted(ranks)), len(groups))

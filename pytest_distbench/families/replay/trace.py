@@ -341,19 +341,22 @@ def _groups(manifest: dict[str, Any], world: int, where: str) -> dict[int, tuple
         at = f"{where}: field 'groups[{i}]"
         if not (isinstance(g, dict) and _index(g.get("id")) and g["id"] not in groups):
             raise TraceError(f"{at}.id': expected a group id not used before")
-        ranks = g.get("ranks")
-        if not (isinstance(ranks, list) and ranks and all(_index(r) for r in ranks)
-                and len(set(ranks)) == len(ranks)):
-            raise TraceError(f"{at}.ranks': expected distinct global ranks")
-        outside = [r for r in ranks if r >= world]
-        if outside:
-            raise TraceError(f"{at}.ranks': rank {outside[0]} is outside the {world}-rank "
-                             f"world")
-        groups[g["id"]] = tuple(ranks)
+        groups[g["id"]] = group_ranks(g.get("ranks"), world, f"{at}.ranks'")
     if groups.get(0) != tuple(range(world)):
         raise TraceError(f"{where}: field 'groups': group 0 must be the whole world "
                          f"(ranks 0..{world - 1})")
     return groups
+
+
+def group_ranks(value: Any, world: int, where: str) -> tuple[int, ...]:
+    """A group's global ranks, checked: distinct ranks of the `world`-rank world."""
+    if not (isinstance(value, list) and value and all(_index(r) for r in value)
+            and len(set(value)) == len(value)):
+        raise TraceError(f"{where}: expected distinct global ranks")
+    outside = [r for r in value if r >= world]
+    if outside:
+        raise TraceError(f"{where}: rank {outside[0]} is outside the {world}-rank world")
+    return tuple(value)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

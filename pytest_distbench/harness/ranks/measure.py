@@ -152,7 +152,7 @@ class Distbench:
             started = time.perf_counter()
             try:
                 if s.duration_s is not None:
-                    if self._run_for(timed, samples, s.duration_s, per_call):
+                    if self._run_for(timed, samples, s.duration_s, per_call, timed_here):
                         figures["stopped_at_sample_cap"] = True
                 else:
                     iterations = s.iterations
@@ -378,7 +378,7 @@ class Distbench:
             append(timed())
 
     def _run_for(self, timed: Callable[[], float], samples: array, duration_s: float,
-                 per_call: float) -> bool:
+                 per_call: float, timed_here: bool = True) -> bool:
         """Run for `duration_s`, every rank stopping after the same iteration; True if the
         run stopped early at MAX_DURATION_SAMPLES.
 
@@ -389,10 +389,13 @@ class Distbench:
         the background while that next chunk runs; at the chunk's end every rank reads the
         same answer (stop once every rank's clock says the duration is reached, or any rank
         nears the cap; the shortest chunk any rank asks for) and stops or goes on together.
-        Every rank, not any: a rank whose clock started earlier (it left the start barrier
-        first, or it has no work and runs a chunk ahead, waiting on its peers) would otherwise
-        stop the others short of the duration by their own clocks (CI: a 0.2 s run whose
-        working ranks timed 0.17 s). The latest clock costs at most the start skew. The slowest
+        Every timed rank, not any: a rank whose clock started earlier (it left the start
+        barrier first, or it has no work and runs a chunk ahead, waiting on its peers) would
+        otherwise stop the others short of the duration by their own clocks (CI: a 0.2 s run
+        whose working ranks timed 0.17 s). The latest clock costs at most the start skew. A
+        rank outside the record's `ranks` does not vote: a chunk ahead, its clock would hold
+        the others a chunk past the duration (CI: a 0.2 s run of 0.29 s iterations ran three
+        of them). The slowest
         rank sets the pace: a rank with little or nothing to do per iteration (one that is not
         on a message path) cannot ask for chunks its peers would take minutes to run. So the
         loop carries no per-iteration traffic and no blocking synchronization, only one small
@@ -431,7 +434,7 @@ class Distbench:
             reached = elapsed >= duration_s or (
                 pending is not None and elapsed + size * fastest >= duration_s)
             decision[0] = float(len(samples) + 2 * size > MAX_DURATION_SAMPLES)
-            decision[1] = float(not reached)
+            decision[1] = float(timed_here and not reached)
             # Negated: the MAX of the reduction is then the shortest chunk asked for.
             decision[2] = -float(self._chunk_size(chunk_s, rate))
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
