@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import pytest
 from hypothesis import given
@@ -298,3 +299,31 @@ def test_the_table_fits_and_says_what_a_bucket_is():
     assert fit.widest(fit.wrap_text(text)) <= fit.WIDTH  # the notes wrap as every table's
     assert "500 ± 0 %*" in text and ci.SHORT_NOTE in text
     assert re.search(r"all_reduce +2 +4 B-16 B +1 +4 B +2000 +0\.4 +<0\.001 +<0\.001", text), text
+
+
+def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbench_run):
+    """The issue's whole path in CI: three stored runs of a trace, then the same step with
+    sixteen times the bytes (as a change that made it slower would: about 7x the time here)
+    fails its own test."""
+    def step(elements: int) -> trace.Trace:
+        calls = [trace.Call("all_reduce", 0, inputs=(trace.Buffer("float32", (elements,)),),
+                            reduce_op="sum", wait_before=i + 1 if i < 3 else None)
+                 for i in range(4)]
+        return trace.Trace("step", 2, {0: (0, 1)}, {0: calls, 1: list(calls)}, steps=[0])
+
+    trace.write(step(16384), pytester.path / "step")
+    # The threshold above this machine's run-to-run spread of such a replay (the gate calls
+    # a slowdown within it "not gateable": the first runs here spread ~40 %).
+    run = ("--distbench", "--world-size=2", "--distbench-replay=step",
+           "--distbench-iterations=30", "--distbench-warmup=2", "--distbench-threshold=200%")
+    for _ in range(3):
+        distbench_run(*run, "--distbench-save=main", "--distbench-append").assert_outcomes(
+            passed=1)
+    result = distbench_run(*run, "--distbench-compare=main")
+    result.assert_outcomes(passed=1)  # the same step: no regression
+    shutil.rmtree(pytester.path / "step")
+    trace.write(step(16384 * 16), pytester.path / "step")
+    slower = distbench_run(*run, "--distbench-compare=main", "-rf")
+    slower.assert_outcomes(failed=1)
+    slower.stdout.fnmatch_lines(["*performance regression against *main.json*",
+                                 "*test_replay?gloo-ws2-step?*regression*"])
