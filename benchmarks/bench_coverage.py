@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+NORMAL_975 = 1.959963984540054
 
 # (label, call, headline): the same families' harnesses the built-in suites call.
 POINTS = [
@@ -141,7 +144,95 @@ def main(argv: list[str] | None = None) -> int:
               f"{met:>2}/{len(targeted):<2} {reached} {drift:16.3f}")
     print(f"\nwithin-session coverage of the long-run value by the targeted runs' 95 % "
           f"intervals: {covered_all}/{total_all} ({covered_all / max(total_all, 1):.0%})")
+    print_candidates(records)
     return 0
+
+
+# -- candidate constructions of an honest interval (issue 34), from the same runs -----------
+
+def _targeted(records: list[dict], index: int) -> tuple[list[dict], list[dict]]:
+    mine = [r for r in records if r["name"].startswith(f"test_point_{index}[")]
+    return ([r for r in mine if "-long-" in r["name"]],
+            [r for r in mine if "-targeted-" in r["name"]])
+
+
+def _value(record: dict, kind: str) -> float:
+    return headline([record], kind)
+
+
+def batch_interval(record: dict, kind: str, batches: int = 10) -> tuple[float, float] | None:
+    """Order statistics over the medians (p50) or means (rate) of `batches` consecutive
+    batches of the run's samples: neighbouring samples stay together."""
+    samples = record["samples"]
+    size = len(samples) // batches
+    if size < 1:
+        return None
+    parts = [samples[i * size:(i + 1) * size] for i in range(batches)]
+    if kind == "p50":
+        stats = sorted(statistics.median(p) for p in parts)
+        return stats[1], stats[-2]  # ranks (2, 9) of 10: >= 97.8 % for the batches' median
+    means = sorted(statistics.fmean(p) for p in parts)
+    per_iteration = record["figures"]["messages_per_iteration"]
+    return per_iteration / means[-2], per_iteration / means[1]
+
+
+def _log_half(bounds: tuple[float, float] | None, value: float) -> float | None:
+    """Half the interval's width on a log scale (relative, symmetric)."""
+    if bounds is None or min(bounds) <= 0 or value <= 0:
+        return None
+    return (math.log(bounds[1]) - math.log(bounds[0])) / 2
+
+
+def pooled_between(records: list[dict], skip: tuple[int, int]) -> float | None:
+    """The run-to-run sd of log headline, as a session with one pair of runs per point would
+    estimate it: each point's first two targeted runs other than the one judged (`skip`:
+    point index, run), (log a - log b)^2 / 2 pooled over the points."""
+    squares = []
+    for index, (_, _, kind) in enumerate(POINTS):
+        _, targeted = _targeted(records, index)
+        pair = [r for k, r in enumerate(targeted) if (index, k) != skip][:2]
+        if len(pair) == 2:
+            a, b = (_value(r, kind) for r in pair)
+            squares.append((math.log(a) - math.log(b)) ** 2 / 2)
+    return math.sqrt(statistics.fmean(squares)) if squares else None
+
+
+def print_candidates(records: list[dict]) -> None:
+    names = ("record's own", "10 batches", "own + pooled pairs", "batches + pooled pairs")
+    covered = dict.fromkeys(names, 0)
+    widths: dict[str, list[float]] = {n: [] for n in names}
+    total = 0
+    for index, (_, _, kind) in enumerate(POINTS):
+        longs, targeted = _targeted(records, index)
+        if len(longs) != 2:
+            continue
+        value = headline(longs, kind)
+        for k, r in enumerate(targeted):
+            h = _value(r, kind)
+            between = pooled_between(records, (index, k))
+            own = _log_half(interval(r, kind), h)
+            batch = _log_half(batch_interval(r, kind), h)
+            halves = {
+                "record's own": own,
+                "10 batches": batch,
+                "own + pooled pairs": None if own is None or between is None else math.sqrt(
+                    own ** 2 + (NORMAL_975 * between) ** 2),
+                "batches + pooled pairs": None if batch is None or between is None else
+                math.sqrt(batch ** 2 + (NORMAL_975 * between) ** 2),
+            }
+            total += 1
+            for name, half in halves.items():
+                if half is None:
+                    continue
+                widths[name].append(100 * (math.exp(half) - 1))
+                if abs(math.log(value) - math.log(h)) <= half:
+                    covered[name] += 1
+    print("\ncandidate constructions of the ± (issue 34), judged on the same runs: how often "
+          "each covers the long-run value, and its median half-width")
+    for name in names:
+        width = f"{statistics.median(widths[name]):.1f} %" if widths[name] else "-"
+        print(f"  {name:24} {covered[name]:>3}/{total:<3} ({covered[name] / max(total, 1):4.0%})"
+              f"   median ± {width}")
 
 
 if __name__ == "__main__":
