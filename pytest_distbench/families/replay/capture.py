@@ -94,6 +94,9 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                                "(torch.distributed.init_process_group)")
         if dist.get_rank() == 0:
             fmt.refuse_existing(self.out)
+        elif (self.out / fmt.MANIFEST).exists():  # every rank refuses, not rank 0 alone
+            raise fmt.TraceError(f"{self.out / fmt.MANIFEST}: a trace is already there; give "
+                                 "another directory")
         self._start = time.perf_counter()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
