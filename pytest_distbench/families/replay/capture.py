@@ -92,11 +92,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         if not dist.is_initialized():
             raise RuntimeError("pytest_distbench.capture: initialize the process group first "
                                "(torch.distributed.init_process_group)")
-        if dist.get_rank() == 0:
-            fmt.refuse_existing(self.out)
-        elif (self.out / fmt.MANIFEST).exists():  # every rank refuses, not rank 0 alone
-            raise fmt.TraceError(f"{self.out / fmt.MANIFEST}: a trace is already there; give "
-                                 "another directory")
+        fmt.refuse_existing(self.out, create=dist.get_rank() == 0)  # every rank refuses
         self._start = time.perf_counter()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -196,54 +192,58 @@ class _Unknown(Exception):
 
 def _calls(op: str, args: tuple) -> list[dict[str, Any]]:
     """The trace calls one c10d operator stands for (a coalesced one: one per tensor)."""
-    def buf(t: torch.Tensor) -> dict[str, Any]:
+    def buf(t: torch.Tensor) -> fmt.Buffer:
         if t.dtype not in _DTYPES:
             raise _Unknown(f"c10d.{op} on dtype {t.dtype}")
-        return {"dtype": _DTYPES[t.dtype], "shape": list(t.shape)}
+        return fmt.Buffer(_DTYPES[t.dtype], tuple(t.shape))
 
     def reduce_op(obj: Any) -> str:
         return _REDUCE_OPS.get(int(obj.op()), "sum")
 
     if op in ("allreduce_", "allreduce_coalesced_"):
-        return [{"op": "all_reduce", "inputs": [buf(t)], "outputs": [buf(t)],
+        return [{"op": "all_reduce", "inputs": (buf(t),), "outputs": (buf(t),),
                  "reduce_op": reduce_op(args[2])} for t in args[0]]
     if op == "allgather_":
-        return [{"op": "all_gather", "inputs": [buf(args[1][0])],
-                 "outputs": [buf(t) for t in args[0][0]]}]
+        return [{"op": "all_gather", "inputs": (buf(args[1][0]),),
+                 "outputs": tuple(buf(t) for t in args[0][0])}]
     if op == "_allgather_base_":
-        return [{"op": "all_gather_into_tensor", "inputs": [buf(args[1])],
-                 "outputs": [buf(args[0])]}]
+        return [{"op": "all_gather_into_tensor", "inputs": (buf(args[1]),),
+                 "outputs": (buf(args[0]),)}]
     if op == "allgather_into_tensor_coalesced_":
-        return [{"op": "all_gather_into_tensor", "inputs": [buf(i)], "outputs": [buf(o)]}
+        return [{"op": "all_gather_into_tensor", "inputs": (buf(i),), "outputs": (buf(o),)}
                 for o, i in zip(args[0], args[1], strict=True)]
     if op == "reduce_scatter_":
-        return [{"op": "reduce_scatter", "inputs": [buf(t) for t in args[1][0]],
-                 "outputs": [buf(args[0][0])], "reduce_op": reduce_op(args[3])}]
+        return [{"op": "reduce_scatter", "inputs": tuple(buf(t) for t in args[1][0]),
+                 "outputs": (buf(args[0][0]),), "reduce_op": reduce_op(args[3])}]
     if op == "_reduce_scatter_base_":
-        return [{"op": "reduce_scatter_tensor", "inputs": [buf(args[1])],
-                 "outputs": [buf(args[0])], "reduce_op": reduce_op(args[3])}]
+        return [{"op": "reduce_scatter_tensor", "inputs": (buf(args[1]),),
+                 "outputs": (buf(args[0]),), "reduce_op": reduce_op(args[3])}]
     if op == "reduce_scatter_tensor_coalesced_":
-        return [{"op": "reduce_scatter_tensor", "inputs": [buf(i)], "outputs": [buf(o)],
+        return [{"op": "reduce_scatter_tensor", "inputs": (buf(i),), "outputs": (buf(o),),
                  "reduce_op": reduce_op(args[3])}
                 for o, i in zip(args[0], args[1], strict=True)]
     if op == "alltoall_":
-        return [{"op": "all_to_all", "inputs": [buf(t) for t in args[1]],
-                 "outputs": [buf(t) for t in args[0]]}]
+        return [{"op": "all_to_all", "inputs": tuple(buf(t) for t in args[1]),
+                 "outputs": tuple(buf(t) for t in args[0])}]
     if op == "alltoall_base_":
         if list(args[3]) or list(args[4]):
             raise _Unknown("c10d.alltoall_base_ with uneven splits")
-        return [{"op": "all_to_all_single", "inputs": [buf(args[1])], "outputs": [buf(args[0])]}]
+        return [{"op": "all_to_all_single", "inputs": (buf(args[1]),),
+                 "outputs": (buf(args[0]),)}]
     if op == "broadcast_":
-        return [{"op": "broadcast", "inputs": [buf(t) for t in args[0]], "root": int(args[2])}]
+        return [{"op": "broadcast", "inputs": tuple(buf(t) for t in args[0]),
+                 "root": int(args[2])}]
     if op == "reduce_":
-        return [{"op": "reduce", "inputs": [buf(t) for t in args[0]],
+        return [{"op": "reduce", "inputs": tuple(buf(t) for t in args[0]),
                  "reduce_op": reduce_op(args[2]), "root": int(args[3])}]
     if op == "barrier":
         return [{"op": "barrier"}]
     if op == "send":
-        return [{"op": "send", "inputs": [buf(t) for t in args[0]], "peer": int(args[2])}]
+        return [{"op": "send", "inputs": tuple(buf(t) for t in args[0]),
+                 "peer": int(args[2])}]
     if op == "recv_":
-        return [{"op": "recv", "outputs": [buf(t) for t in args[0]], "peer": int(args[2])}]
+        return [{"op": "recv", "outputs": tuple(buf(t) for t in args[0]),
+                 "peer": int(args[2])}]
     raise _Unknown(f"c10d.{op}")
 
 
@@ -260,25 +260,17 @@ def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> lis
     """Each call with its group id and where it is waited (see the module's docstring)."""
     calls = []
     n = len(pending)
+    ops = [p.call["op"] for p in pending]
     for i, p in enumerate(pending):
         c = p.call
         step_end = next((j for j in range(i + 1, n) if pending[j].call["step"] != c["step"]), n)
         if p.completed_s is not None:
             wait = next((j for j in range(i + 1, step_end)
                          if pending[j].call["issued_s"] >= p.completed_s), None)
-        elif c["op"] in fmt.POINT_TO_POINT:
-            wait = next((j for j in range(i + 1, step_end)
-                         if pending[j].call["op"] not in fmt.POINT_TO_POINT), None)
         else:
-            wait = i + 1 if i + 1 < step_end else None
+            wait = fmt.implied_wait(ops, i, step_end)
         if wait is None and step_end < n:
             wait = step_end  # waited by the step's end: before the next step's first call
-        calls.append(fmt.Call(
-            op=c["op"], group=ids[p.ranks],
-            inputs=tuple(fmt.Buffer(b["dtype"], tuple(b["shape"])) for b in c.get("inputs", [])),
-            outputs=tuple(fmt.Buffer(b["dtype"], tuple(b["shape"]))
-                          for b in c.get("outputs", [])),
-            reduce_op=c.get("reduce_op"), root=c.get("root"), peer=c.get("peer"),
-            wait_before=wait, step=c["step"], issued_s=c["issued_s"],
-            completed_s=p.completed_s))
+        calls.append(fmt.Call(**c, group=ids[p.ranks], wait_before=wait,
+                              completed_s=p.completed_s))
     return calls

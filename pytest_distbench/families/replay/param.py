@@ -11,6 +11,7 @@ dropped. No torch here.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,27 +116,18 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
         if entry.get("req") is not None:
             requests[entry["req"]] = len(calls)
         calls.append(call)
-    # A call with a wait entry is waited where that entry stood; one without is synchronous,
-    # but for point-to-point calls, waited together before the next collective (never a
-    # deadlock between two ranks that both send first).
+    # A call with a wait entry is waited where that entry stood; one without as
+    # trace.implied_wait says.
+    ops = [c.op for c in calls]
     done = []
     for i, call in enumerate(calls):
         if i in waits:
-            wait = waits[i] if waits[i] > i else i + 1
-        elif call.op in fmt.POINT_TO_POINT:
-            wait = next((j for j in range(i + 1, len(calls))
-                         if calls[j].op not in fmt.POINT_TO_POINT), None)
+            wait = max(waits[i], i + 1)
+            wait = wait if wait < len(calls) else None
         else:
-            wait = i + 1
-        done.append(_replace_wait(call, wait if wait is not None and wait < len(calls)
-                                  else None))
+            wait = fmt.implied_wait(ops, i, len(calls))
+        done.append(replace(call, wait_before=wait))
     return done
-
-
-def _replace_wait(call: Call, wait: int | None) -> Call:
-    from dataclasses import replace
-
-    return replace(call, wait_before=wait)
 
 
 def _uneven(entry: dict[str, Any]) -> bool:

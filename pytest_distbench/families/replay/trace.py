@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,16 @@ class Trace:
         return sum(c.nbytes for c in self.calls.get(rank, []))
 
 
+def implied_wait(ops: Sequence[str], i: int, end: int) -> int | None:
+    """Where call `i` is waited when the program's own wait is not known, as an index below
+    `end` (None: at `end`): at once, but a point-to-point call together with its neighbours,
+    before the next collective, so that an exchange in which both ranks send first cannot
+    deadlock in a replay."""
+    if ops[i] in POINT_TO_POINT:
+        return next((j for j in range(i + 1, end) if ops[j] not in POINT_TO_POINT), None)
+    return i + 1 if i + 1 < end else None
+
+
 def group_size(trace: Trace, call: Call) -> int:
     return len(trace.groups[call.group])
 
@@ -138,12 +149,14 @@ def write(trace: Trace, directory: str | os.PathLike[str]) -> Path:
     return out
 
 
-def refuse_existing(directory: str | os.PathLike[str]) -> Path:
-    """The directory a new trace goes to (created): one that holds a trace is refused."""
+def refuse_existing(directory: str | os.PathLike[str], create: bool = True) -> Path:
+    """The directory a new trace goes to (created unless `create` is false): one that holds a
+    trace is refused."""
     out = Path(directory)
     if out.exists() and not out.is_dir():
         raise TraceError(f"{out}: not a directory; a trace is a directory of JSON files")
-    out.mkdir(parents=True, exist_ok=True)
+    if create:
+        out.mkdir(parents=True, exist_ok=True)
     if (out / MANIFEST).exists():
         raise TraceError(f"{out / MANIFEST}: a trace is already there; give another directory")
     return out
