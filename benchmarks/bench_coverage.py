@@ -23,7 +23,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-NORMAL_975 = 1.959963984540054
+from pytest_distbench.results.statistics.interval import NORMAL_975
 
 # (label, call, headline): the same families' harnesses the built-in suites call.
 POINTS = [

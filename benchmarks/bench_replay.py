@@ -52,8 +52,8 @@ def capture(program: str, ranks: int, steps: int, out: Path) -> None:
         raise SystemExit(f"capture of {program} at {ranks} ranks failed:\n{done.stderr[-3000:]}")
 
 
-def original(trace_dir: Path) -> tuple[dict[str, float], int, int]:
-    """Seconds per step by op (every rank's calls summed), steps, calls without a completion
+def original(trace_dir: Path) -> tuple[dict[str, float], int]:
+    """Seconds per step by op (every rank's calls summed), and the calls without a completion
     time (left out)."""
     t = read(trace_dir)
     steps = len(t.steps)
@@ -65,7 +65,7 @@ def original(trace_dir: Path) -> tuple[dict[str, float], int, int]:
                 unknown += 1
                 continue
             by_op[c.op] += (c.completed_s - c.issued_s) / steps
-    return dict(by_op), steps, unknown
+    return dict(by_op), unknown
 
 
 def replay(trace_dir: Path, ranks: int, budget: str, work: Path, *extra: str) -> dict:
@@ -74,8 +74,7 @@ def replay(trace_dir: Path, ranks: int, budget: str, work: Path, *extra: str) ->
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distbench",
          f"--world-size={ranks}", f"--distbench-replay={trace_dir}",
-         f"--distbench-budget={budget}", f"--distbench-json={out}", "--pyargs",
-         "pytest_distbench.suites.test_replay", "-k", trace_dir.name, *extra],
+         f"--distbench-budget={budget}", f"--distbench-json={out}", *extra],
         capture_output=True, text=True, timeout=600, cwd=work)
     if done.returncode:
         raise SystemExit(f"replay of {trace_dir} failed:\n{done.stdout[-3000:]}")
@@ -103,7 +102,7 @@ def main() -> None:
                 work = Path(tmp)
                 trace_dir = work / f"{program}_{ranks}"
                 capture(program, ranks, args.steps, trace_dir)
-                first, _, unknown = original(trace_dir)
+                first, unknown = original(trace_dir)
                 quiet = by_op(replay(trace_dir, ranks, args.budget, work))
                 # One busy thread per rank beside the replay: the program's compute, which
                 # shares the cores with its communication in the original.

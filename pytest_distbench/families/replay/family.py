@@ -9,7 +9,7 @@ from ... import units
 from ...registry import Family
 from ...results.rendering import ci, fit
 from .breakdown import BUCKET_BASE
-from .options import SETTINGS
+from .options import SETTINGS, SUITES
 
 Record = dict[str, Any]
 
@@ -100,11 +100,7 @@ def render_replay(records: list[Record]) -> str:
 def _suite(settings: Any) -> list[str]:
     """--distbench-replay runs its traces without naming the suite: `pytest --distbench
     --distbench-replay=trace/` is the whole command."""
-    if not settings.replay:
-        return []
-    from pathlib import Path
-
-    return [str(Path(__file__).resolve().parents[2] / "suites" / "test_replay.py")]
+    return [str(SUITES / "test_replay.py")] if settings.replay else []
 
 
 FAMILY = Family(

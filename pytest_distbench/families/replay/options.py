@@ -7,8 +7,10 @@ from pathlib import Path
 from pytest_distbench import units
 from pytest_distbench.registry import Setting
 
-from . import param, trace
-from .reading import read
+from . import trace
+from .reading import is_any_trace, read
+
+SUITES = Path(__file__).resolve().parents[2] / "suites"  # the built-in suites, shipped traces
 
 
 def trace_directories(text: str) -> list[str]:
@@ -21,10 +23,10 @@ def trace_directories(text: str) -> list[str]:
         path = Path(item).expanduser()
         if not path.is_dir():
             raise ValueError(f"{item}: no such directory")
-        if _is_trace(path):
+        if is_any_trace(path):
             inside = [path]
         else:
-            inside = sorted(p for p in path.iterdir() if p.is_dir() and _is_trace(p))
+            inside = sorted(p for p in path.iterdir() if p.is_dir() and is_any_trace(p))
             if not inside:
                 raise ValueError(f"{item}: neither a trace ({trace.MANIFEST}, or PARAM's "
                                  "<rank>.json files) nor a directory of traces")
@@ -35,10 +37,6 @@ def trace_directories(text: str) -> list[str]:
                 raise ValueError(str(exc)) from None
             found.append(str(directory.resolve()))
     return list(dict.fromkeys(found))
-
-
-def _is_trace(path: Path) -> bool:
-    return trace.is_trace(path) or param.looks_like_param(path)
 
 
 SETTINGS: tuple[Setting, ...] = (

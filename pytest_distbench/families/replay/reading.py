@@ -9,6 +9,11 @@ from . import param
 from .trace import MANIFEST, Trace, TraceError, load
 
 
+def is_any_trace(path: Path) -> bool:
+    """Whether `path` holds a trace in either format."""
+    return (path / MANIFEST).is_file() or param.looks_like_param(path)
+
+
 def read(directory: str | os.PathLike[str]) -> Trace:
     """The trace under `directory`, checked (TraceError naming file and field)."""
     root = Path(directory)

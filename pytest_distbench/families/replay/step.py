@@ -31,11 +31,12 @@ from ... import units
 from ...harness.ranks.pressure import memory_available
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
+from .options import SUITES
 from .reading import read
 from .trace import POINT_TO_POINT, Call, Trace, TraceError
 
 FAMILY = "replay"
-SHIPPED = Path(__file__).resolve().parent.parent.parent / "suites" / "traces"
+SHIPPED = SUITES / "traces"
 
 __all__ = ["FAMILY", "SHIPPED", "replay", "trace_params", "unchecked"]
 
@@ -294,15 +295,12 @@ def waits_at(calls: Sequence[Call]) -> list[list[int]]:
     them is waited for: a pair recorded as blocking on each side in opposite orders (NCCL's
     small sends complete before their receive is posted) would otherwise hang."""
     n = len(calls)
+    ops = [c.op for c in calls]
     due = [n if c.wait_before is None else c.wait_before for c in calls]
-    i = 0
-    while i < n:
-        j = i
-        while j < n and calls[j].op in POINT_TO_POINT:
-            j += 1
-        for k in range(i, j):
-            due[k] = max(due[k], j)
-        i = max(j, i + 1)
+    for k, op in enumerate(ops):
+        if op in POINT_TO_POINT:  # not before the run it belongs to has been issued
+            run_end = trace_format.implied_wait(ops, k, n)
+            due[k] = max(due[k], n if run_end is None else run_end)
     found: list[list[int]] = [[] for _ in range(n + 1)]
     for k, at in enumerate(due):
         found[at].append(k)

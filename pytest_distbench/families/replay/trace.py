@@ -117,7 +117,8 @@ def implied_wait(ops: Sequence[str], i: int, end: int) -> int | None:
     """Where call `i` is waited when the program's own wait is not known, as an index below
     `end` (None: at `end`): at once, but a point-to-point call together with its neighbours,
     before the next collective, so that an exchange in which both ranks send first cannot
-    deadlock in a replay."""
+    deadlock in a replay. The capture and the PARAM reader record it; the replay (step.py)
+    holds every point-to-point call's wait at least that late, whatever a trace says."""
     if ops[i] in POINT_TO_POINT:
         return next((j for j in range(i + 1, end) if ops[j] not in POINT_TO_POINT), None)
     return i + 1 if i + 1 < end else None

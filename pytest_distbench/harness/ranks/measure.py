@@ -378,7 +378,7 @@ class Distbench:
             append(timed())
 
     def _run_for(self, timed: Callable[[], float], samples: array, duration_s: float,
-                 per_call: float, timed_here: bool = True) -> bool:
+                 per_call: float, timed_here: bool) -> bool:
         """Run for `duration_s`, every rank stopping after the same iteration; True if the
         run stopped early at MAX_DURATION_SAMPLES.
 
