@@ -1,0 +1,135 @@
+"""The run-to-run noise of a session, and the interval a figure gets from it.
+
+A run's samples tell how well the figure is known while that run lasts; on a shared or
+oversubscribed machine the next run of the same point lands somewhere else (an offset of its
+own: a scheduler regime, a cache state, a neighbour's load). The session measures that spread
+itself: some points run again later in the session (revisits), and the spread of log figure
+between runs of the same point, pooled over the points of a group (one family, one world
+size, one run length), is the group's run-to-run noise. A figure's interval is then its run's
+sampling interval widened by that noise on a log scale, with a Student t quantile for the few
+runs the noise is learned from: the interval of the value the point takes *in this session*,
+not of the run that happened to measure it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .interval import LEVEL, NORMAL_975
+
+__all__ = ["RunNoise", "pooled_run_noise", "regimes", "sampling_target", "session_interval",
+           "t_975"]
+
+# Student t 97.5 % quantiles for 1..30 degrees of freedom.
+_T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+          2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
+          2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
+          2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
+
+# A run stops for the noise once its sampling half-width is this fraction of the noise's:
+# the combined interval is then within 12 % of the narrowest the noise allows.
+NOISE_FLOOR_SHARE = 0.5
+# Runs of one point whose figures differ by more than this factor are different regimes.
+REGIME_RATIO = 1.5
+
+
+def t_975(dof: int) -> float:
+    """The 97.5 % quantile of Student's t with `dof` degrees of freedom (>= 1)."""
+    if dof < 1:
+        raise ValueError("a t quantile needs at least one degree of freedom")
+    if dof <= len(_T_975):
+        return _T_975[dof - 1]
+    z = NORMAL_975  # Cornish-Fisher: within 1e-4 of the exact value past 30
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The run-to-run spread of one group's figures."""
+
+    sd_log: float  # pooled standard deviation of log(figure) between runs of one point
+    dof: int  # its degrees of freedom: runs minus points, over the points with 2+ runs
+    runs: int
+    points: int
+
+    def half_log(self) -> float:
+        """Half the 95 % interval of the point's log value around one run's log figure."""
+        return t_975(self.dof) * self.sd_log
+
+    def pct(self) -> float:
+        """That half-width in percent of the figure (the upper side, the larger one)."""
+        return 100.0 * math.expm1(self.half_log())
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"sd_log": self.sd_log, "dof": self.dof, "runs": self.runs,
+                "points": self.points, "half_width_pct": self.pct()}
+
+
+def pooled_run_noise(runs_by_point: Mapping[Hashable, Sequence[float]]) -> RunNoise | None:
+    """The pooled run-to-run spread of the points' figures (each point's runs, > 0); None
+    when no point has two runs."""
+    squares = 0.0
+    dof = runs = points = 0
+    for values in runs_by_point.values():
+        logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+        if len(logs) < 2:
+            continue
+        centre = math.fsum(logs) / len(logs)
+        squares += math.fsum((x - centre) ** 2 for x in logs)
+        dof += len(logs) - 1
+        runs += len(logs)
+        points += 1
+    if dof == 0:
+        return None
+    return RunNoise(math.sqrt(squares / dof), dof, runs, points)
+
+
+def session_interval(figure: float, sampling: tuple[float, float] | None,
+                     noise: RunNoise) -> tuple[float, float] | None:
+    """The 95 % interval of the point's value in this session: each side of the run's
+    sampling interval (log distance from the figure; none where the run had too few samples
+    for one) combined in quadrature with the run-to-run noise. None for a figure <= 0."""
+    if not (figure > 0 and math.isfinite(figure)):
+        return None
+    between = noise.half_log()
+    below = above = 0.0
+    if sampling is not None and sampling[0] > 0 and sampling[1] > 0:
+        below = max(0.0, math.log(figure / sampling[0]))
+        above = max(0.0, math.log(sampling[1] / figure))
+    return (figure * math.exp(-math.hypot(below, between)),
+            figure * math.exp(math.hypot(above, between)))
+
+
+def sampling_target(target: float, noise: RunNoise | None) -> float:
+    """The sampling half-width (fraction of the figure) a precision-targeted run stops at:
+    where the combined interval meets `target`, or, where the noise alone is near or past
+    it, where more samples could narrow the combined interval by little."""
+    if noise is None:
+        return target
+    between = math.expm1(noise.half_log())
+    reach = math.sqrt(target ** 2 - between ** 2) if between < target else 0.0
+    return max(reach, NOISE_FLOOR_SHARE * between)
+
+
+def regimes(values: Sequence[float], ratio: float = REGIME_RATIO) -> list[tuple[float, int]]:
+    """The runs of one point grouped where sorted neighbours differ by more than `ratio`:
+    [(median of the group, runs in it), ...], one entry when the runs agree."""
+    ordered = sorted(v for v in values if v > 0 and math.isfinite(v))
+    if not ordered:
+        return []
+    groups: list[list[float]] = [[ordered[0]]]
+    for value in ordered[1:]:
+        if value > groups[-1][-1] * ratio:
+            groups.append([])
+        groups[-1].append(value)
+    return [(_median(g), len(g)) for g in groups]
+
+
+def _median(values: Sequence[float]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+assert LEVEL == 0.95  # the quantiles above are for a 95 % interval
