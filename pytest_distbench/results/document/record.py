@@ -28,6 +28,7 @@ class P50Interval(TypedDict, total=False):
     half_width_pct: float | None
     run_noise: dict[str, Any] | None
     why: str | None
+    regimes: list[list[float]]
 
 
 class Incomplete(TypedDict):

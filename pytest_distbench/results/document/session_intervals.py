@@ -10,10 +10,9 @@ from the kept sampling intervals, so the last call wins.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ..statistics.interval import LEVEL, half_width_pct
-from ..statistics.noise import RunNoise, session_interval
+from ..statistics.noise import RunNoise, regimes, session_interval
 from .record import Record
 
 METHOD = ("the run's sampling interval combined with the run-to-run noise measured in this "
@@ -63,12 +62,21 @@ def apply_noise(record: Record, noise: RunNoise | None, group: str, *,
         "run_noise": None if noise is None else {"group": group, **noise.as_dict()},
         "why": None if bounds is not None else why,
     }
+    figure = headline(record)
+    runs = [] if figure is None else [figure, *(record.get("revisits") or [])]
+    seen = regimes(runs)
+    if len(seen) > 1:
+        record["p50_ci"]["regimes"] = [[value, count] for value, count in seen]
     if is_rate(record):
-        _apply_rate(record, noise)
+        _apply_rate(record, noise, runs if len(seen) > 1 else [])
+    elif len(seen) > 1 and bounds is not None:
+        # The point's runs landed in different regimes: the interval spans every one.
+        low, high = min(bounds[0], *runs), max(bounds[1], *runs)
+        record["p50_ci"].update(low=low, high=high, half_width_pct=half_width_pct(low, high, p50))
     _judge_precision(record, target, noise_stopped)
 
 
-def _apply_rate(record: Record, noise: RunNoise | None) -> None:
+def _apply_rate(record: Record, noise: RunNoise | None, regime_runs: list[float]) -> None:
     figures = record["figures"] = dict(record["figures"])
     if "sampling_rate_ci" not in figures:
         figures["sampling_rate_ci"] = {"low": figures.get("msgs_per_s_ci_low"),
@@ -80,6 +88,8 @@ def _apply_rate(record: Record, noise: RunNoise | None) -> None:
     if noise is not None and isinstance(rate, (int, float)) and rate > 0:
         pair = (own.get("low"), own.get("high"))
         bounds = session_interval(rate, None if None in pair else pair, noise)
+    if bounds is not None and regime_runs:
+        bounds = (min(bounds[0], *regime_runs), max(bounds[1], *regime_runs))
     nbytes = record.get("nbytes") or 0
     low, high = bounds if bounds is not None else (None, None)
     figures.update(
@@ -107,15 +117,3 @@ def _judge_precision(record: Record, target: float | None, noise_stopped: bool) 
     precision["met"] = achieved is not None and achieved <= precision["target"]
     if noise_stopped and precision.get("stopped_by") == "precision":
         precision["stopped_by"] = "noise"
-
-
-def run_noise_line(noises: dict[str, Any]) -> str | None:
-    """The session's one line on its measured run-to-run noise, for the header of its
-    tables: the group names with their ± (noise alone), widest first."""
-    known = sorted(((n.pct(), group) for group, n in noises.items() if n is not None),
-                   reverse=True)
-    if not known:
-        return None
-    parts = ", ".join(f"{group} ± {pct:.0f} %" for pct, group in known)
-    return (f"run-to-run noise here (95 %, the same point run again in this session): {parts};"
-            " every ± below carries it")
