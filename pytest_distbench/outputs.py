@@ -240,6 +240,8 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
 
         tr.section("distbench results")
         write_lines(tr, LEGEND)
+        from .results.rendering.noise import noise_lines
+
         for line in noise_lines(distbench.records):
             write_lines(tr, line)
         tr.line("")
@@ -265,19 +267,6 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         tr.section("distbench digest")
         for line in digest_lines(config, distbench):
             tr.line(line)
-
-
-def noise_lines(records: list[dict[str, Any]]) -> list[str]:
-    """The session's run-to-run noise in one line, then the points whose runs fell into
-    different regimes."""
-    from .results.rendering.noise import noise_line, regime_lines
-
-    line = noise_line(records)
-    regimes = regime_lines(records)
-    if regimes:
-        regimes = ["points whose runs in this session fell into different regimes (their ± "
-                   "spans them):", *(f"  {r}" for r in regimes)]
-    return ([line] if line else []) + regimes
 
 
 def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:

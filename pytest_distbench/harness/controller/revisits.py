@@ -31,7 +31,7 @@ REVISIT_GAP_S = 8.0
 PER_GROUP = 4
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
 MIN_DOF_TO_STOP = 3
-UNDER_LAUNCHER = "noise not measured under a launcher"
+UNDER_LAUNCHER = "run-to-run noise not measured under a launcher"
 
 
 @dataclass
@@ -162,7 +162,7 @@ class Revisits:
             noise = None if group is None else self.noise(group)
             apply_noise(record, noise, group or "", target=stop.target,
                         noise_stopped=stop.by_noise,
-                        why="noise not measured yet" if group else NOT_MEASURED)
+                        why="run-to-run noise not measured yet" if group else NOT_MEASURED)
             values = self._runs_of(record["id"])
             if values and len(values) > 1:
                 record["revisits"] = values[1:]

@@ -17,7 +17,7 @@ from .record import Record
 
 METHOD = ("the run's sampling interval combined with the run-to-run noise measured in this "
           "session (statistics/noise.py)")
-NOT_MEASURED = "noise not measured"
+NOT_MEASURED = "run-to-run noise not measured"
 
 
 def is_rate(record: Record) -> bool:

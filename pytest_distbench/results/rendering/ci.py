@@ -54,16 +54,19 @@ def rate_pct(record: Record) -> float | None:
     return 100.0 * p50 * (1 / bounds[0] - 1 / bounds[1]) / 2
 
 
-def missing_reason(record: Record | None) -> str:
-    """Why `record` has no interval: what its `p50_ci` says, else too few samples."""
+def missing_reason(record: Record | None, short: bool = False) -> str:
+    """Why `record` has no interval: what its `p50_ci` says (`short`: just "no ±", for a
+    table cell under the session's noise line, which says why), else too few samples."""
     why = ((record or {}).get("p50_ci") or {}).get("why")
-    return f"no ±: {why}" if why else TOO_FEW
+    if not why:
+        return TOO_FEW
+    return "no ±" if short else f"no ±: {why}"
 
 
 def pct_text(pct: float | None, record: Record | None = None) -> str:
     """`± 4.1 %` (two significant digits), or why there is none."""
     if pct is None or not math.isfinite(pct):
-        return f"({missing_reason(record)})"
+        return f"({missing_reason(record, short=True)})"
     if pct >= 10:
         return f"± {pct:.0f} %"
     return f"± {pct:.2g} %"

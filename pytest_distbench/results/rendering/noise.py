@@ -27,7 +27,7 @@ def noise_line(records: Sequence[Record]) -> str | None:
         return ("run-to-run noise here (95 %, measured by running points again in this "
                 f"session): {parts}; every ± below carries it")
     if why:
-        return f"run-to-run noise: {why}, so no ± is printed"
+        return f"no ± is printed: {why}"
     return None
 
 
@@ -49,3 +49,14 @@ def regime_lines(records: Sequence[Record]) -> list[str]:
             for value, count in seen)
         lines.append(f"{where} ({record['name']}): runs at {runs}")
     return lines
+
+
+def noise_lines(records: Sequence[Record]) -> list[str]:
+    """The session's run-to-run noise in one line, then the points whose runs fell into
+    different regimes."""
+    line = noise_line(records)
+    regimes = regime_lines(records)
+    if regimes:
+        regimes = ["points whose runs in this session fell into different regimes (their ± "
+                   "spans them):", *(f"  {r}" for r in regimes)]
+    return ([line] if line else []) + regimes
