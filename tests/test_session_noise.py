@@ -52,9 +52,9 @@ def _check_session_intervals(records, group):
 
 
 @pytest.mark.parametrize("world_size,mode,group", [
-    (3, ["--distbench-budget=0.2s"], "test_offsets ws3 0.2 s budget"),
-    (5, ["--distbench-iterations=20"], "test_offsets ws5 20 iterations"),
-    (3, ["--distbench-duration=0.15s"], "test_offsets ws3 0.15 s duration"),
+    (3, ["--distbench-budget=0.2s"], "test_offsets gloo ws3 0.2 s budget"),
+    (5, ["--distbench-iterations=20"], "test_offsets gloo ws5 20 iterations"),
+    (3, ["--distbench-duration=0.15s"], "test_offsets gloo ws3 0.15 s duration"),
 ])
 def test_every_figure_carries_the_noise_its_session_measured(pytester, distbench_run,
                                                              world_size, mode, group):
