@@ -1,13 +1,14 @@
 """Revisits: some points run once more later in the session, so that the session measures its
 own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
 
-Points are grouped by family, backend, world size and run length (a count, a duration or a budget):
-the noise of one group is pooled over the runs of its revisited points. A point is revisited
-once it was measured at least REVISIT_GAP_S ago, right after another point of its group, up
-to PER_GROUP times per group; a group the session left short gets its revisits at the end of
-the test loop. A revisit is not a test: its records only feed the noise, and a revisit that
-fails is dropped. A precision-targeted point of a group whose noise is already known stops
-once more samples cannot narrow its printed interval much (noise.sampling_target).
+Points are grouped by family, backend, world size and run length (a count, a duration or a
+budget): the noise of one group is pooled over the runs of its revisited points. Right after
+a point of a group, the latest point of that group measured at least REVISIT_GAP_S ago is
+run again, at most once per REVISIT_GAP_S and PER_GROUP times per group; a group the session
+left short gets its revisits at the end of the test loop. A revisit is not a test: its
+records only feed the noise, and a revisit that fails is dropped. A precision-targeted point
+of a group whose noise is already known stops once more samples cannot narrow its printed
+interval much (noise.sampling_target).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ...results.document.session_intervals import NOT_MEASURED, apply_noise, hea
 from ...results.statistics.noise import RunNoise, pooled_run_noise, sampling_target
 from .outcome import prepare
 
-REVISIT_GAP_S = 8.0
+REVISIT_GAP_S = 5.0
 PER_GROUP = 4
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
 MIN_DOF_TO_STOP = 3
@@ -64,6 +65,7 @@ class Revisits:
         self._group_of_test: dict[tuple[str, str], str] = {}
         self._stops: dict[str, Stop] = {}
         self._pending_stop: Stop | None = None
+        self._last_revisit: dict[str, float] = {}
 
     # -- before a test ------------------------------------------------------------------------
 
@@ -108,17 +110,20 @@ class Revisits:
         self._apply(records)
 
     def _due(self, group: str) -> Point | None:
+        """The point to revisit now, if any: the latest one measured at least REVISIT_GAP_S
+        ago, once that long has passed since the group's last revisit too, so that the
+        revisits spread over the session and over the points of a sweep."""
         points = self.points.get(group, [])
-        if sum(p.revisits for p in points) >= PER_GROUP:
-            return None
         now = time.monotonic()
-        for point in points:
-            if not point.revisits and now - point.finished_at >= REVISIT_GAP_S:
-                return point
-        return None
+        if (sum(p.revisits for p in points) >= PER_GROUP
+                or now - self._last_revisit.get(group, -math.inf) < REVISIT_GAP_S):
+            return None
+        old = [p for p in points if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
+        return old[-1] if old else None
 
     def _revisit(self, session: Any, point: Point) -> None:
         point.revisits += 1
+        self._last_revisit[point.group] = time.monotonic()
         try:
             records = session.run_item(point.item, point.settings, point.key,
                                        fresh_world_after=point.fresh_world_after,
