@@ -141,7 +141,8 @@ def test_no_noise_no_interval_and_the_reason():
 def test_a_rate_record_widens_its_rate_interval_and_keeps_its_own():
     record = _record()
     record["figures"] = {"msgs_per_s": 1000.0, "msgs_per_s_ci_low": 990.0,
-                         "msgs_per_s_ci_high": 1010.0, "rate_ci_pct": 1.0}
+                         "msgs_per_s_ci_high": 1010.0, "rate_ci_pct": 1.0,
+                         "headline_statistic": "mean"}
     record["nbytes"] = 1000
     apply_noise(record, RunNoise(0.1, 10, 20, 10), "p2p ws3 0.5 s budget")
     figures = record["figures"]
@@ -160,3 +161,18 @@ def test_runs_in_different_regimes_are_named_and_spanned():
     assert ci["low"] <= 0.2e-3 and ci["high"] >= 4e-3
     [line] = regime_lines([record])
     assert line.endswith("runs at 200 us (1 run) and 4000 us (1 run)")
+
+
+def test_a_latency_with_rate_figures_is_judged_on_its_p50():
+    # p2p_latency records carry the rate figures too; their printed figure is the p50.
+    record = _record(0.2e-3)
+    record["figures"] = {"msgs_per_s": 5000.0, "msgs_per_s_ci_low": 4900.0,
+                         "msgs_per_s_ci_high": 5100.0, "rate_ci_pct": 2.0}
+    record["revisits"] = [4e-3]
+    record["precision"] = {"target": 0.02, "achieved": 0.01, "met": True,
+                           "stopped_by": "precision", "statistic": "p50"}
+    apply_noise(record, RunNoise(0.02, 4, 12, 8), "p2p gloo ws2 0.5 s budget", target=0.02)
+    ci = record["p50_ci"]
+    assert ci["regimes"] == [[0.2e-3, 1], [4e-3, 1]] and ci["high"] >= 4e-3
+    assert record["precision"]["achieved"] == ci["half_width_pct"] / 100
+    assert "sampling_rate_ci" not in record["figures"]

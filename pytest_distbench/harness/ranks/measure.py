@@ -114,6 +114,9 @@ class Distbench:
         s = self._settings
         figures = dict(figures or {})
         messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
+        if headline != "p50":
+            # The printed figure is a rate over the timed region: its interval is the rate's.
+            figures["headline_statistic"] = headline
         pressured = self._pressured(pressure_ranks)
         if s.cuda_graph:
             # Every rank sees the same device type: all skip here, before any collective.

@@ -22,8 +22,10 @@ NOT_MEASURED = "run-to-run noise not measured"
 
 def is_rate(record: Record) -> bool:
     """A record whose headline is a rate over the whole timed region (p2p bandwidth, message
-    rate), with its own interval in its figures."""
-    return "rate_ci_pct" in (record.get("figures") or {})
+    rate), with its own interval in its figures (a p2p latency has the rate's figures too,
+    but prints its p50)."""
+    figures = record.get("figures") or {}
+    return figures.get("headline_statistic") == "mean" and "rate_ci_pct" in figures
 
 
 def headline(record: Record) -> float | None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ... import units
 from ..document.record import Record
+from ..document.session_intervals import is_rate
 
 
 def noise_line(records: Sequence[Record]) -> str | None:
@@ -39,7 +40,7 @@ def regime_lines(records: Sequence[Record]) -> list[str]:
         seen = (record.get("p50_ci") or {}).get("regimes")
         if not seen:
             continue
-        rate = "rate_ci_pct" in (record.get("figures") or {})
+        rate = is_rate(record)
         where = f"{record['family']} ws{record['world_size']}"
         if record.get("nbytes") is not None:
             where += f" {units.format_size_exact(record['nbytes'])}"
