@@ -240,6 +240,10 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
 
         tr.section("distbench results")
         write_lines(tr, LEGEND)
+        from .results.rendering.noise import noise_lines
+
+        for line in noise_lines(distbench.records):
+            write_lines(tr, line)
         tr.line("")
         tr.line(render_tables(distbench.records,
                               memory=of_session(config).gpu_memory,

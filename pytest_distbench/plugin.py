@@ -231,11 +231,31 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if ab_mode is not None:  # A/B rounds; each regression fails inside
         ab_mode.run_item(session, pyfuncitem, resolved, key)
         return True
-    records = session.run_item(pyfuncitem, resolved, key,
-                               fresh_world_after=collection.uses_rpc(pyfuncitem))
+    revisits = session.revisits
+    fresh = collection.uses_rpc(pyfuncitem)
+    run_settings = resolved if revisits is None else revisits.settings_for(pyfuncitem, resolved)
+    records = session.run_item(pyfuncitem, run_settings, key, fresh_world_after=fresh)
+    if revisits is not None:
+        revisits.after_test(session, pyfuncitem, run_settings, key, records, fresh)
     if records:  # launcher mode: rank 0 has gated its records already, the others keep none
         outputs.after_test(pyfuncitem, records, resolved)
     return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    yield
+    distbench = session.config.stash.get(SESSION_KEY, None)
+    if distbench is None:
+        return
+    from .harness.controller.revisits import without_revisits
+
+    if distbench.revisits is not None:
+        # A session stopped early (-x, --maxfail) runs no more: no closing revisits.
+        distbench.revisits.finish(distbench,
+                                  more=not (session.shouldfail or session.shouldstop))
+    elif distbench.external:
+        without_revisits(distbench.records)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -86,6 +86,9 @@ class Family:
     # Paths pytest collects besides the user's, given the session's settings (a family whose
     # option names what to run: --distbench-replay collects the replay suite).
     collect: Callable[[Any], Sequence[str]] | None = None
+    # Record families it measures that no table, figure or headline above names (those of
+    # the default nccl-tests style): the session pools their run-to-run noise as one family's.
+    records: tuple[str, ...] = ()
 
 
 class Found(NamedTuple):
@@ -198,6 +201,16 @@ def table_headline(record_family: str) -> str | None:
 def table_details(record_family: str) -> TableStyle | None:
     """The detail block this record family's tables add under -v, if any."""
     return _by_record_family("details").get(record_family)
+
+
+def family_of(record_family: str) -> str | None:
+    """The name of the family package that measures this record family, if one says so."""
+    for family in families():
+        if record_family in family.records or any(
+                record_family in getattr(family, kind)
+                for kind in ("tables", "figures", "headlines", "details")):
+            return family.name
+    return None
 
 
 def completed_figures(record: Record) -> dict[str, Any]:

@@ -82,8 +82,12 @@ def test_a_steady_point_stops_early_and_a_noisy_one_is_marked(pytester, distbenc
     result.assert_outcomes(passed=2)
     records = _records(out)
     steady, noisy = records["test_steady"], records["test_noisy"]
-    assert steady["precision"]["stopped_by"] == "precision" and steady["precision"]["met"]
-    assert steady["precision"]["achieved"] <= 0.10
+    # The run stops on its own sampling interval; whether the printed one (widened by the
+    # session's run-to-run noise) meets the target is what `met` says.
+    precision = steady["precision"]
+    assert precision["stopped_by"] == "precision" and precision["sampling_achieved"] <= 0.10
+    assert precision["achieved"] >= precision["sampling_achieved"]
+    assert precision["met"] == (precision["achieved"] <= 0.10)
     # 1 ms a call: a whole budget would be ~800 iterations; the target needs far fewer.
     assert 30 <= steady["iterations"] < 400
     # Calls from 0.1 to 10 ms, log-uniform at random in each rank: in one second the

@@ -40,7 +40,10 @@ def full_record() -> Record:
     record.update(
         placement="pack", figures={"messages_per_iteration": 1},
         p50_ci={"level": 0.95, "method": "order statistics", "low": None, "high": None,
-                "half_width_pct": None},
+                "half_width_pct": None, "run_noise": None, "why": "noise not measured"},
+        sampling_ci={"level": 0.95, "method": "order statistics", "low": None, "high": None,
+                     "half_width_pct": None},
+        revisits=[2e-5],
         requested_nbytes=[64], ab={"ratio": 1.0}, peak_rss_bytes=[1, 2], timing="host-each",
         batch_iterations=1, peak_gpu_allocated_bytes=[0, 0], peak_gpu_reserved_bytes=[0, 0],
         timed_ranks=[0, 1], elapsed_s=[6e-5, None], invalid=["a rule"], duration_s=1.0,

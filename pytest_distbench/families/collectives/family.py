@@ -31,6 +31,7 @@ BUSBW = Value("busbw", of_time=busbw_gbps)
 
 FAMILY = Family(
     name="collectives",
+    records=(*SIZED, "barrier"),
     plots=(
         PlotSpec(
             name="collectives", families=SIZED, x=NBYTES, x_axis=SIZE,

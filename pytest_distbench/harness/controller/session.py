@@ -14,6 +14,9 @@ class Session:
 
     external = False  # True where a launcher (torchrun, srun, mpirun) started the ranks
     reports = True  # False on a launched rank other than 0: rank 0 reports for all
+    # controller/revisits.py where this mode can run a point again (local worlds); None where
+    # it cannot, and the records then print no interval (run-to-run noise unmeasured).
+    revisits: Any = None
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
@@ -30,7 +33,7 @@ class Session:
         self.output_errors: list[str] = []
 
     def run_item(self, item: pytest.Function, settings: Settings, key: Any,
-                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+                 fresh_world_after: bool = False, keep: bool = True) -> list[dict[str, Any]]:
         """Run one test; return its records, or fail/skip it as pytest does."""
         raise NotImplementedError
 

@@ -18,6 +18,7 @@ import pytest
 from ...settings import Settings
 from ..controller.live import LivePrinter
 from ..controller.outcome import judge, prepare
+from ..controller.revisits import Revisits
 from ..controller.session import Session
 from ..wire import RunTest
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
@@ -47,6 +48,7 @@ class LocalSession(Session):
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
+        self.revisits = Revisits()
         remove_stale_folders()  # what sessions killed by SIGKILL left in the temporary directory
         # Held while this session lives: its folders are not stale (stale_folders.py). The
         # forkserver's socket goes in multiprocessing's folder of this process.
@@ -177,7 +179,7 @@ class LocalSession(Session):
 
     def run_item(
         self, item: pytest.Function, settings: Settings, key: WorldKey,
-        fresh_world_after: bool = False, task: RunTest | None = None,
+        fresh_world_after: bool = False, task: RunTest | None = None, keep: bool = True,
     ) -> list[dict[str, Any]]:
         """Run one test in its world; return its records, or fail/skip it as pytest does.
 
@@ -185,7 +187,8 @@ class LocalSession(Session):
         RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
         test cannot host another one that uses RRefs). `task`: one already prepared (A/B
         mode's baseline runs with its own interpreter's path). A key's variant names the A/B
-        variant; its records are A/B mode's to merge.
+        variant; its records are A/B mode's to merge. `keep=False`: a revisit
+        (controller/revisits.py), whose records only feed the session's noise.
         """
         task = task or prepare(item, settings)
         try:
@@ -202,6 +205,7 @@ class LocalSession(Session):
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
         records = judge(item, key, result, settings, variant=key.variant,
-                        live_reports=live.reports, keep=None if key.variant else self.records)
+                        live_reports=live.reports,
+                        keep=None if key.variant or not keep else self.records)
         live.finish(records)
         return records

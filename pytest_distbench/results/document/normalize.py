@@ -55,8 +55,9 @@ def normalize_record(record: Record) -> Record:
     out["batch_iterations"] = _plain_number(out["batch_iterations"])
     if isinstance(out["pressure"], dict):
         out["pressure"] = json_safe(out["pressure"])
-    if isinstance(out["p50_ci"], dict):
-        out["p50_ci"] = json_safe(out["p50_ci"])
+    for key in ("p50_ci", "sampling_ci"):
+        if isinstance(out.get(key), dict):
+            out[key] = json_safe(out[key])
     if out.get("live_reports") is not None:
         out["live_reports"] = json_safe(out["live_reports"])
     return cast(Record, out)

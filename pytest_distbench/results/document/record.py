@@ -17,13 +17,18 @@ from typing import Any, TypedDict
 
 
 class P50Interval(TypedDict, total=False):
-    """`p50_ci`: the 95 % interval of `summary.p50` (statistics/interval.py)."""
+    """`p50_ci`: the 95 % interval of the point's value in this session (the run's sampling
+    interval widened by the session's run-to-run noise, document/session_intervals.py);
+    `sampling_ci`: the run's own (statistics/interval.py), without run_noise and why."""
 
     level: float
     method: str
     low: float | None
     high: float | None
     half_width_pct: float | None
+    run_noise: dict[str, Any] | None
+    why: str | None
+    regimes: list[list[float]]
 
 
 class Incomplete(TypedDict):
@@ -117,6 +122,8 @@ class Record(_Identity, total=False):
     iterations: int | None
     rank_samples: list[list[float]]
     p50_ci: P50Interval | None
+    sampling_ci: P50Interval | None
+    revisits: list[float] | None
     algbw_gbps: float | None
     busbw_gbps: float | None
     wrong: int | None

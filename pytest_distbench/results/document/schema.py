@@ -16,7 +16,7 @@ from typing import Any
 from .normalize import MAX_INT, normalize_record
 from .record import Record
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SUMMARY_KEYS = ("n", "min", "p50", "p75", "p90", "p95", "p99", "max", "mean", "stddev", "iqr")
 HISTORY_KEY = "history"
@@ -229,6 +229,12 @@ def validate_record(record: Record, where: str) -> None:
             f"{_short(summary['n'])} does not match the {len(samples)} samples",
         )
     _validate_p50_ci(record.get("p50_ci"), _at(where, "p50_ci"))
+    _validate_p50_ci(record.get("sampling_ci"), _at(where, "sampling_ci"))
+    revisits = record.get("revisits")
+    if revisits is not None and not (isinstance(revisits, list) and all(
+            is_number(v) and v > 0 for v in revisits)):
+        raise SchemaError(_at(where, "revisits"),
+                          f"expected a list of positive numbers or null, got {_short(revisits)}")
 
 
 def _validate_p50_ci(ci: Any, where: str) -> None:
@@ -246,6 +252,10 @@ def _validate_p50_ci(ci: Any, where: str) -> None:
         raise SchemaError(where, "expected both low and high, or neither")
     if ci.get("low") is not None and ci["low"] > ci["high"]:
         raise SchemaError(where, f"low {_short(ci['low'])} above high {_short(ci['high'])}")
+    for key, kind, expected in (("run_noise", dict, "an object"), ("why", str, "a string")):
+        if ci.get(key) is not None and not isinstance(ci[key], kind):
+            raise SchemaError(_at(where, key),
+                              f"expected {expected} or null, got {_json_type(ci[key])}")
 
 
 def _validate_run_extras(record: Record, where: str) -> None:

@@ -1,7 +1,9 @@
 """A record's headline interval as the tables, JUnit and plots print it: `p50 ± x %`.
 
-The interval is the record's `p50_ci` (statistics/interval.py says how it is made); a record
-from a file written before it existed gets it from its samples, the same way.
+The interval is the record's `p50_ci`: since schema 2 the session interval (the run's sampling
+interval widened by the run-to-run noise the session measured, results/document/
+session_intervals.py); a record from a file written before it existed gets the sampling
+interval from its samples (statistics/interval.py), which is all such a file knows.
 """
 
 from __future__ import annotations
@@ -52,10 +54,19 @@ def rate_pct(record: Record) -> float | None:
     return 100.0 * p50 * (1 / bounds[0] - 1 / bounds[1]) / 2
 
 
-def pct_text(pct: float | None) -> str:
+def missing_reason(record: Record | None, short: bool = False) -> str:
+    """Why `record` has no interval: what its `p50_ci` says (`short`: just "no ±", for a
+    table cell under the session's noise line, which says why), else too few samples."""
+    why = ((record or {}).get("p50_ci") or {}).get("why")
+    if not why:
+        return TOO_FEW
+    return "no ±" if short else f"no ±: {why}"
+
+
+def pct_text(pct: float | None, record: Record | None = None) -> str:
     """`± 4.1 %` (two significant digits), or why there is none."""
     if pct is None or not math.isfinite(pct):
-        return f"({TOO_FEW})"
+        return f"({missing_reason(record, short=True)})"
     if pct >= 10:
         return f"± {pct:.0f} %"
     return f"± {pct:.2g} %"
@@ -69,7 +80,7 @@ SHORT_NOTE = (f"{SHORT_MARK} = the budget ran out before the interval reached th
 
 def with_pct(text: str, pct: float | None, record: Record | None) -> str:
     """`359 ± 4.1 %`, marked when `record` missed its precision target."""
-    return f"{text} {pct_text(pct)}" + (SHORT_MARK if short_of_target(record) else "")
+    return f"{text} {pct_text(pct, record)}" + (SHORT_MARK if short_of_target(record) else "")
 
 
 def short_of_target(record: Record | None) -> bool:

@@ -57,7 +57,7 @@ def _p50_ci(record: Mapping[str, Any]) -> list[Property]:
     samples for one)."""
     bounds = ci.p50_bounds(dict(record))
     if bounds is None:
-        return [("p50_ci", ci.TOO_FEW)]
+        return [("p50_ci", ci.missing_reason(record))]
     return [("p50_ci_low_us", round(bounds[0] * 1e6, 6)),
             ("p50_ci_high_us", round(bounds[1] * 1e6, 6)),
             ("p50_ci_pct", _round(ci.p50_pct(dict(record)) or 0.0))]

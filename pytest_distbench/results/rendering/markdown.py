@@ -15,6 +15,7 @@ from ... import registry
 from ..document.io import append_output
 from ..document.record import Record
 from . import table
+from .noise import noise_lines
 
 
 def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
@@ -24,6 +25,8 @@ def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
     if environment:
         lines += [f"_{_environment_line(environment, records)}_", ""]
     lines += [f"_{table.LEGEND}_", ""]
+    lines += [f"_{line.strip()}_" for line in noise_lines(records)]
+    lines += [""] * bool(noise_lines(records))
     for (family, backend, world_size, device, placement), rows in table.grouped(records):
         note = table.placement_note(placement)
         said = table.headline(family)

@@ -163,7 +163,7 @@ class Headline:
         text = f"{self.label} {shown}".strip()
         if self.value.of_time is None and self.value.interval_fields is None:
             return text  # a family's own figure without an interval
-        return f"{text} {pct_text(self.value.interval_pct(record))}"
+        return f"{text} {pct_text(self.value.interval_pct(record), record)}"
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,8 @@ def _size(nbytes: int | None) -> str:
 
 LEGEND = (
     "times are per iteration, slowest rank per iteration; headline = p50 ± half the 95 % "
-    "confidence interval of the median (order statistics), in % of the p50; mean = what "
+    "interval of the point's value in this session (the run's sampling interval widened by "
+    "the run-to-run noise measured below), in % of the p50; mean = what "
     "nccl-tests and PARAM comms print (stalls pull it up); bandwidths from the p50; "
     "GB/s = 1e9 bytes/s, MB/s = 1e6, KB/s = 1e3; skew = slowest rank p50 / median rank p50; "
     "stalls = iterations slower than 5x p50"

@@ -1,0 +1,203 @@
+"""Revisits: some points run once more later in the session, so that the session measures its
+own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
+
+Points are grouped by family, world size and run length (a count, a duration or a budget):
+the noise of one group is pooled over the runs of its revisited points. A point is revisited
+once it was measured at least REVISIT_GAP_S ago, right after another point of its group, up
+to PER_GROUP times per group; a group the session left short gets its revisits at the end of
+the test loop. A revisit is not a test: its records only feed the noise, and a revisit that
+fails is dropped. A precision-targeted point of a group whose noise is already known stops
+once more samples cannot narrow its printed interval much (noise.sampling_target).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ... import registry
+from ...results.document.record import Record
+from ...results.document.session_intervals import NOT_MEASURED, apply_noise, headline
+from ...results.statistics.noise import RunNoise, pooled_run_noise, sampling_target
+from .outcome import prepare
+
+REVISIT_GAP_S = 8.0
+PER_GROUP = 4
+# Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
+MIN_DOF_TO_STOP = 3
+UNDER_LAUNCHER = "run-to-run noise not measured under a launcher"
+
+
+@dataclass
+class Point:
+    """One test that ran, and the figures of its records' runs (record id -> figures)."""
+
+    item: pytest.Function
+    settings: Any
+    task: Any  # the wire.RunTest, made while the test's fixtures were still set up
+    key: Any
+    fresh_world_after: bool
+    group: str
+    finished_at: float
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    revisits: int = 0
+
+
+@dataclass
+class Stop:
+    """The precision target a record was run with: the user's, and whether the run's own
+    stop was loosened because the noise dominates."""
+
+    target: float | None
+    by_noise: bool
+
+
+class Revisits:
+    def __init__(self) -> None:
+        self.points: dict[str, list[Point]] = {}
+        self._group_of_test: dict[tuple[str, str], str] = {}
+        self._stops: dict[str, Stop] = {}
+        self._pending_stop: Stop | None = None
+
+    # -- before a test ------------------------------------------------------------------------
+
+    def settings_for(self, item: pytest.Function, settings: Any) -> Any:
+        """The settings to run `item` with: its own, with a looser sampling target where its
+        group's noise already dominates the user's precision target."""
+        target = getattr(settings, "precision", None)
+        self._pending_stop = Stop(target, False)
+        group = self._group_of_test.get(_test_key(item))
+        noise = self.noise(group) if group else None
+        if target is None or noise is None or noise.dof < MIN_DOF_TO_STOP:
+            return settings
+        looser = sampling_target(target, noise)
+        between = math.expm1(noise.half_log())
+        reach = math.sqrt(target ** 2 - between ** 2) if between < target else 0.0
+        self._pending_stop = Stop(target, looser > reach)
+        return dataclasses.replace(settings, precision=looser)
+
+    # -- after a test -------------------------------------------------------------------------
+
+    def after_test(self, session: Any, item: pytest.Function, settings: Any, key: Any,
+                   records: Sequence[Record], fresh_world_after: bool) -> None:
+        """Note the point, give its records the interval known so far (the gate and the -v
+        line read it), and revisit an earlier point of its group when one is due."""
+        stop = self._pending_stop or Stop(getattr(settings, "precision", None), False)
+        self._pending_stop = None
+        for record in records:
+            self._stops[record["id"]] = stop
+        measured = [r for r in records if headline(r) is not None]
+        if not measured:
+            self._apply(records)
+            return
+        group = group_of(measured[0], settings)
+        self._group_of_test[_test_key(item)] = group
+        point = Point(item, settings, prepare(item, settings), key, fresh_world_after, group,
+                      time.monotonic(),
+                      {r["id"]: [headline(r)] for r in measured})  # type: ignore[misc]
+        due = self._due(group)
+        self.points.setdefault(group, []).append(point)
+        if due is not None:
+            self._revisit(session, due)
+        self._apply(records)
+
+    def _due(self, group: str) -> Point | None:
+        points = self.points.get(group, [])
+        if sum(p.revisits for p in points) >= PER_GROUP:
+            return None
+        now = time.monotonic()
+        for point in points:
+            if not point.revisits and now - point.finished_at >= REVISIT_GAP_S:
+                return point
+        return None
+
+    def _revisit(self, session: Any, point: Point) -> None:
+        point.revisits += 1
+        try:
+            records = session.run_item(point.item, point.settings, point.key,
+                                       fresh_world_after=point.fresh_world_after,
+                                       task=point.task, keep=False)
+        except (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception):
+            return  # a revisit that fails only gives no figure; the test itself passed
+        for record in records or ():
+            value = headline(record)
+            if value is not None and record["id"] in point.runs:
+                point.runs[record["id"]].append(value)
+
+    # -- the end of the test loop -------------------------------------------------------------
+
+    def finish(self, session: Any, more: bool = True) -> None:
+        """Revisits for the groups the session left short (at least two runs more, where the
+        group has a point; none with `more` False), then every record's interval from its
+        group's final noise."""
+        for points in self.points.values() if more else ():
+            wanted = min(PER_GROUP, max(2, len(points)))
+            order = sorted(points, key=lambda p: (p.revisits, p.finished_at))
+            index = 0
+            while sum(p.revisits for p in points) < wanted and order:
+                self._revisit(session, order[index % len(order)])
+                index += 1
+        # Only this session's own: an xdist controller's records came finished from workers.
+        self._apply([r for r in session.records if r["id"] in self._stops])
+
+    def noise(self, group: str) -> RunNoise | None:
+        runs: dict[str, list[float]] = {}
+        for point in self.points.get(group, []):
+            runs.update(point.runs)
+        return pooled_run_noise(runs)
+
+    def noises(self) -> dict[str, RunNoise | None]:
+        return {group: self.noise(group) for group in self.points}
+
+    def _apply(self, records: Sequence[Record]) -> None:
+        for record in records:
+            stop = self._stops.get(record["id"], Stop(None, False))
+            group = self._group_by_id(record["id"])
+            noise = None if group is None else self.noise(group)
+            apply_noise(record, noise, group or "", target=stop.target,
+                        noise_stopped=stop.by_noise,
+                        why="run-to-run noise not measured yet" if group else NOT_MEASURED)
+            values = self._runs_of(record["id"])
+            if values and len(values) > 1:
+                record["revisits"] = values[1:]
+
+    def _group_by_id(self, record_id: str) -> str | None:
+        for group, points in self.points.items():
+            if any(record_id in p.runs for p in points):
+                return group
+        return None
+
+    def _runs_of(self, record_id: str) -> list[float] | None:
+        for points in self.points.values():
+            for point in points:
+                if record_id in point.runs:
+                    return point.runs[record_id]
+        return None
+
+
+def group_of(record: Record, settings: Any) -> str:
+    """'collectives ws8 0.5 s budget': the records whose runs share one run-to-run noise."""
+    family = registry.family_of(record["family"]) or record["family"]
+    if getattr(settings, "iterations", None):
+        length = f"{settings.iterations} iterations"
+    elif getattr(settings, "duration", None):
+        length = f"{settings.duration:g} s duration"
+    else:
+        length = f"{settings.budget:g} s budget"
+    return f"{family} ws{record['world_size']} {length}"
+
+
+def without_revisits(records: Sequence[Record], why: str = UNDER_LAUNCHER) -> None:
+    """Records of a session that cannot revisit: no printed interval, and why."""
+    for record in records:
+        apply_noise(record, None, "", why=why)
+
+
+def _test_key(item: pytest.Function) -> tuple[str, str]:
+    return (str(item.path), item.originalname)
