@@ -206,9 +206,9 @@ class Tally:
         self.widths += other.widths
 
     def text(self) -> str:
-        share = f"{self.covered / self.total:.0%}" if self.total else "-"
+        share = f"({self.covered / self.total:.0%})" if self.total else "-"
         width = f"± {statistics.median(self.widths):.1f} %" if self.widths else "-"
-        return f"{self.covered:>3}/{self.total:<3} ({share}) {width}"
+        return f"{self.covered:>3}/{self.total:<3} {share:>6} {width:>10}"
 
 
 @dataclass
@@ -250,11 +250,11 @@ def print_families(by_family: dict[str, Judged], heading: str) -> None:
 def print_noise(records: Iterable[dict]) -> None:
     groups = noise_groups(records)
     if groups:
-        print("\nrun-to-run noise the session(s) measured (95 %, the noise alone): " + ", ".join(
-            f"{group} ± {statistics.median(pcts):.1f} %"
-            + (f" (median of {len(pcts)} sessions, {pcts[0]:.1f}-{pcts[-1]:.1f})"
-               if len(pcts) > 1 else "")
-            for group, pcts in sorted(groups.items())))
+        print("\nrun-to-run noise the session(s) measured (95 %, the noise alone), per group:")
+    for group, pcts in sorted(groups.items()):
+        spread = f" (median of {len(pcts)} sessions: {pcts[0]:.1f}-{pcts[-1]:.1f} %)"
+        print(f"  {group:32} ± {statistics.median(pcts):.1f} %" + (spread if len(pcts) > 1
+                                                                    else ""))
 
 
 # -- the session -------------------------------------------------------------------------------
