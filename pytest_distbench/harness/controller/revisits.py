@@ -1,7 +1,7 @@
 """Revisits: some points run once more later in the session, so that the session measures its
 own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
 
-Points are grouped by family, world size and run length (a count, a duration or a budget):
+Points are grouped by family, backend, world size and run length (a count, a duration or a budget):
 the noise of one group is pooled over the runs of its revisited points. A point is revisited
 once it was measured at least REVISIT_GAP_S ago, right after another point of its group, up
 to PER_GROUP times per group; a group the session left short gets its revisits at the end of
@@ -182,7 +182,8 @@ class Revisits:
 
 
 def group_of(record: Record, settings: Any) -> str:
-    """'collectives ws8 0.5 s budget': the records whose runs share one run-to-run noise."""
+    """'collectives gloo ws8 0.5 s budget': the records whose runs share one run-to-run
+    noise."""
     family = registry.family_of(record["family"]) or record["family"]
     if getattr(settings, "iterations", None):
         length = f"{settings.iterations} iterations"
@@ -190,7 +191,7 @@ def group_of(record: Record, settings: Any) -> str:
         length = f"{settings.duration:g} s duration"
     else:
         length = f"{settings.budget:g} s budget"
-    return f"{family} ws{record['world_size']} {length}"
+    return f"{family} {record['backend']} ws{record['world_size']} {length}"
 
 
 def without_revisits(records: Sequence[Record], why: str = UNDER_LAUNCHER) -> None:

@@ -173,7 +173,11 @@ def judge_records(
 def _intervals_overlap(base: dict[str, Any], cur: dict[str, Any]) -> bool:
     bounds = []
     for record in (base, cur):
+        # The session interval; where the session could not measure its noise (a launcher,
+        # a point judged before its group was revisited), the run's own.
         ci = record.get("p50_ci") or {}
+        if ci.get("low") is None:
+            ci = record.get("sampling_ci") or {}
         if ci.get("low") is None or ci.get("high") is None:
             return False
         bounds.append((ci["low"], ci["high"]))
