@@ -1,41 +1,61 @@
-"""Coverage of the 95 % intervals within one session: precision-targeted runs of a point
-against long fixed-budget runs of the same point in the same world, minutes apart at most.
+"""Coverage of the printed 95 % intervals within one session: precision-targeted runs of a
+point at the product's defaults against long fixed-budget runs of the same point in the same
+world, minutes apart at most.
 
-bench_precision.py measures coverage across sessions, where the machine's drift from one
-session to the next (5-30 % on this VM) is part of the miss. This measures what a record's
-interval claims: how well the figure is known *now*. Per point, one session runs
-LONG, then TARGETED x REPEATS, then LONG again (each a test of its own in one world); the
-long-run value is the headline of the two long runs' samples pooled (p50, or for a rate the
-total messages / total time), and a targeted run covers it when its interval contains it.
+The ± the product prints (a record's `p50_ci`, or a rate's `figures.msgs_per_s_ci_*`) is the
+interval of the point's value in this session: the run's sampling interval widened by the
+run-to-run noise the session measured by revisiting points (statistics/noise.py). This
+measures whether it keeps that promise. Per point, one session runs LONG, then TARGETED x
+REPEATS, then LONG again (each a test of its own in one world); the long-run value is the
+headline of the two long runs' samples pooled (p50, or for a rate the total messages / total
+time), and a targeted run covers it when its printed interval contains it. Beside it, the
+run's own sampling interval (`sampling_ci`, `figures.sampling_rate_ci`: the ± printed before
+issue 34) judged the same way. A second session runs a collective at world size 8.
+bench_precision.py measures the same across sessions, which the ± does not promise.
 
-    python benchmarks/bench_coverage.py [--repeats 10] [--long-budget 5s] [--world-size 2]
+    python benchmarks/bench_coverage.py [--repeats 10] [--long-budget 5s] [--no-world-size-8]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_distbench.results.statistics.interval import NORMAL_975
+from pytest_distbench.results.statistics.interval import half_width_pct
+from pytest_distbench.settings import BY_NAME
 
-# (label, call, headline): the same families' harnesses the built-in suites call.
+# The targeted runs run at the product's defaults (--distbench-budget, --distbench-precision).
+DEFAULT_BUDGET = BY_NAME["budget"].default
+DEFAULT_PRECISION = BY_NAME["precision"].default
+
+# (family, label, call): the same families' harnesses the built-in suites call.
 POINTS = [
-    ("all_reduce 1 KiB", 'run_collective(distbench, COLLECTIVES["all_reduce"], 1024)', "p50"),
-    ("all_reduce 1 MiB", 'run_collective(distbench, COLLECTIVES["all_reduce"], 1 << 20)', "p50"),
-    ("all_gather 64 KiB", 'run_collective(distbench, COLLECTIVES["all_gather"], 65536)', "p50"),
-    ("p2p_latency 1 KiB", 'run_p2p(distbench, P2P["p2p_latency"], 1024)', "p50"),
-    ("p2p_bandwidth 64 KiB", 'run_p2p(distbench, P2P["p2p_bandwidth"], 65536, 64)', "mean"),
-    ("message_rate 1 KiB c1",
-     'run_message_rate(distbench, "client_to_computation", 1, 1024)', "mean"),
-    ("rpc_latency 4 B", "run_latency(distbench, rpc_agent, 4)", "p50"),
+    ("collectives", "all_reduce 1 KiB",
+     'run_collective(distbench, COLLECTIVES["all_reduce"], 1024)'),
+    ("collectives", "all_reduce 1 MiB",
+     'run_collective(distbench, COLLECTIVES["all_reduce"], 1 << 20)'),
+    ("collectives", "all_gather 64 KiB",
+     'run_collective(distbench, COLLECTIVES["all_gather"], 65536)'),
+    ("p2p", "p2p_latency 1 KiB", 'run_p2p(distbench, P2P["p2p_latency"], 1024)'),
+    ("p2p", "p2p_bandwidth 64 KiB", 'run_p2p(distbench, P2P["p2p_bandwidth"], 65536, 64)'),
+    ("message_rate", "message_rate 1 KiB c1",
+     'run_message_rate(distbench, "client_to_computation", 1, 1024)'),
+    ("rpc", "rpc_latency 4 B", "run_latency(distbench, rpc_agent, 4)"),
 ]
+# The second session's points, at world size 8.
+POINTS_WS8 = [
+    ("collectives", "all_reduce 64 KiB",
+     'run_collective(distbench, COLLECTIVES["all_reduce"], 65536)'),
+]
+FAMILIES = ("collectives", "p2p", "message_rate", "rpc")
 
 TEMPLATE = '''
 import pytest
@@ -58,13 +78,18 @@ def test_point_{index}(distbench, {fixtures}run):
     {call}
 '''
 
+NO_NOISE = ("no record of the {what} session has p50_ci.run_noise: the "
+            "session measured no run-to-run noise, so the printed interval is not the session "
+            "interval (are the harness's revisits plumbed in?)")
 
-def suite_text(args: argparse.Namespace) -> str:
+
+def suite_text(points: list[tuple[str, str, str]], args: argparse.Namespace,
+               repeats: int) -> str:
     text = TEMPLATE.format(long_budget=args.long_budget, precision=args.precision,
                            budget=args.budget)
-    for index, (_, call, _) in enumerate(POINTS):
+    for index, (_, _, call) in enumerate(points):
         fixtures = "rpc_agent, " if "rpc_agent" in call else ""
-        text += TEST.format(index=index, fixtures=fixtures, call=call, repeats=args.repeats)
+        text += TEST.format(index=index, fixtures=fixtures, call=call, repeats=repeats)
     return textwrap.dedent(text)
 
 
@@ -85,8 +110,27 @@ def run_points(suite: str, world_size: int) -> list[dict] | None:
         return [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
 
 
+# -- reading a record --------------------------------------------------------------------------
+
+def kind_of(records: list[dict]) -> str:
+    """The statistic whose ± the product prints for these runs of one point: the one its
+    precision target applies to, "p50" (the time) or "mean" (a rate over the timed region:
+    p2p bandwidth, message rate)."""
+    for record in records:
+        statistic = (record.get("precision") or {}).get("statistic")
+        if statistic:
+            return statistic
+    return "p50"
+
+
+def figure(record: dict, kind: str) -> float:
+    """The run's headline: its rate, or its p50 time."""
+    return record["figures"]["msgs_per_s"] if kind == "mean" else record["summary"]["p50"]
+
+
 def headline(records: list[dict], kind: str) -> float:
-    """The long-run value: the pooled p50, or the pooled rate's time per message."""
+    """The long-run value of the runs: their samples' pooled p50, or for a rate the total
+    messages over the total time."""
     if kind == "p50":
         return statistics.median(x for r in records for x in r["samples"])
     messages = sum(r["figures"]["total_messages"] for r in records)
@@ -94,145 +138,191 @@ def headline(records: list[dict], kind: str) -> float:
     return messages / seconds
 
 
-def interval(record: dict, kind: str) -> tuple[float, float] | None:
-    if kind == "p50":
-        ci = record.get("p50_ci") or {}
-        low, high = ci.get("low"), ci.get("high")
-    else:
-        f = record["figures"]
-        low, high = f.get("msgs_per_s_ci_low"), f.get("msgs_per_s_ci_high")
+def _bounds(low: float | None, high: float | None) -> tuple[float, float] | None:
     return None if low is None or high is None else (low, high)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--budget", default="1s")
-    parser.add_argument("--long-budget", default="5s")
-    parser.add_argument("--precision", default="2%")
-    parser.add_argument("--world-size", type=int, default=2)
-    args = parser.parse_args(argv)
-    records = run_points(suite_text(args), args.world_size)
+def interval(record: dict, kind: str) -> tuple[float, float] | None:
+    """The interval the product prints for the record's headline."""
+    if kind == "mean":
+        f = record["figures"]
+        return _bounds(f.get("msgs_per_s_ci_low"), f.get("msgs_per_s_ci_high"))
+    ci = record.get("p50_ci") or {}
+    return _bounds(ci.get("low"), ci.get("high"))
+
+
+def sampling_interval(record: dict, kind: str) -> tuple[float, float] | None:
+    """The run's own sampling interval of its headline (what it printed before issue 34)."""
+    if kind == "mean":
+        own = (record.get("figures") or {}).get("sampling_rate_ci") or {}
+    else:
+        own = record.get("sampling_ci") or {}
+    return _bounds(own.get("low"), own.get("high"))
+
+
+def missing_noise(records: list[dict], what: str) -> str | None:
+    """The error to stop on when no record of a session carries its run-to-run noise."""
+    if any((r.get("p50_ci") or {}).get("run_noise") for r in records):
+        return None
+    return NO_NOISE.format(what=what)
+
+
+def noise_groups(records: Iterable[dict]) -> dict[str, list[float]]:
+    """The run-to-run noise (95 %, noise alone, percent) each session measured per group, as
+    its records carry it: one entry per session and group."""
+    seen: dict[str, dict[tuple, float]] = {}
+    for record in records:
+        noise = (record.get("p50_ci") or {}).get("run_noise")
+        if noise:
+            # Every record of one session's group carries the same figures.
+            key = (noise["sd_log"], noise["dof"], noise["runs"])
+            seen.setdefault(noise["group"], {})[key] = noise["half_width_pct"]
+    return {group: sorted(values.values()) for group, values in seen.items()}
+
+
+# -- judging -----------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    """How often one interval covered the long-run value, and how wide it was."""
+
+    covered: int = 0
+    total: int = 0
+    widths: list[float] = field(default_factory=list)
+
+    def judge(self, bounds: tuple[float, float] | None, value: float, centre: float) -> None:
+        """A run without an interval counts as a miss: it promised nothing."""
+        self.total += 1
+        if bounds is None:
+            return
+        self.covered += bounds[0] <= value <= bounds[1]
+        width = half_width_pct(bounds[0], bounds[1], centre)
+        if width is not None:
+            self.widths.append(width)
+
+    def add(self, other: Tally) -> None:
+        self.covered += other.covered
+        self.total += other.total
+        self.widths += other.widths
+
+    def text(self) -> str:
+        share = f"({self.covered / self.total:.0%})" if self.total else "-"
+        width = f"± {statistics.median(self.widths):.1f} %" if self.widths else "-"
+        return f"{self.covered:>3}/{self.total:<3} {share:>6} {width:>10}"
+
+
+@dataclass
+class Judged:
+    """A point's runs judged: the printed interval and, beside it, the sampling one."""
+
+    printed: Tally = field(default_factory=Tally)
+    sampling: Tally = field(default_factory=Tally)
+
+    def add(self, other: Judged) -> None:
+        self.printed.add(other.printed)
+        self.sampling.add(other.sampling)
+
+
+def judge(runs: list[dict], value: float, kind: str) -> Judged:
+    judged = Judged()
+    for record in runs:
+        centre = figure(record, kind)
+        judged.printed.judge(interval(record, kind), value, centre)
+        judged.sampling.judge(sampling_interval(record, kind), value, centre)
+    return judged
+
+
+def print_families(by_family: dict[str, Judged], heading: str) -> None:
+    """Per family and overall: covered/total, percent and the median half-width of the
+    printed interval, and of the runs' own sampling interval beside it."""
+    print(f"\n{heading}")
+    print(f"  {'family':14} {'printed ± (session interval)':>30}   "
+          f"{'before: its sampling ±':>30}")
+    overall = Judged()
+    order = [f for f in FAMILIES if f in by_family] + sorted(set(by_family) - set(FAMILIES))
+    for family in order:
+        judged = by_family[family]
+        overall.add(judged)
+        print(f"  {family:14} {judged.printed.text():>30}   {judged.sampling.text():>30}")
+    print(f"  {'overall':14} {overall.printed.text():>30}   {overall.sampling.text():>30}")
+
+
+def print_noise(records: Iterable[dict]) -> None:
+    groups = noise_groups(records)
+    if groups:
+        print("\nrun-to-run noise the session(s) measured (95 %, the noise alone), per group:")
+    for group, pcts in sorted(groups.items()):
+        spread = f" (median of {len(pcts)} sessions: {pcts[0]:.1f}-{pcts[-1]:.1f} %)"
+        print(f"  {group:32} ± {statistics.median(pcts):.1f} %" + (spread if len(pcts) > 1
+                                                                    else ""))
+
+
+# -- the session -------------------------------------------------------------------------------
+
+def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_size: int,
+            repeats: int) -> tuple[list[dict], dict[str, Judged]] | str:
+    """Run one session of `points` and print its table; its records and the points judged
+    by family, or the error to stop on."""
+    what = f"world size {world_size}"
+    records = run_points(suite_text(points, args, repeats), world_size)
     if records is None:
-        return 1
-    print(f"{'point':24} {'long-run':>12} {'covered':>8} {'met':>5} {'achieved p50':>13} "
-          f"{'long 0 / long 1':>16}")
-    covered_all = total_all = 0
-    for index, (label, _, kind) in enumerate(POINTS):
+        return f"bench_coverage: the {what} session failed (its output above)"
+    error = missing_noise(records, what)
+    if error:
+        return f"bench_coverage: {error}"
+    by_family: dict[str, Judged] = {}
+    for index, (family, label, _) in enumerate(points):
         mine = [r for r in records if r["name"].startswith(f"test_point_{index}[")]
         longs = [r for r in mine if "-long-" in r["name"]]
         targeted = [r for r in mine if "-targeted-" in r["name"]]
         if len(longs) != 2 or not targeted:
             continue
+        kind = kind_of(targeted)
         value = headline(longs, kind)
-        drift = headline(longs[:1], kind) / headline(longs[1:], kind)
-        covered = 0
-        for r in targeted:
-            bounds = interval(r, kind)
-            if bounds is not None and bounds[0] <= value <= bounds[1]:
-                covered += 1
+        judged = judge(targeted, value, kind)
+        by_family.setdefault(family, Judged()).add(judged)
         met = sum(1 for r in targeted if (r.get("precision") or {}).get("met"))
-        achieved = [r["precision"]["achieved"] for r in targeted
-                    if (r.get("precision") or {}).get("achieved") is not None]
-        covered_all += covered
-        total_all += len(targeted)
-        shown = value * 1e6 if kind == "p50" else value
-        unit = "us" if kind == "p50" else "msg/s"
-        # A run too short for its interval has no achieved precision.
-        reached = f"{100 * statistics.median(achieved):12.2f}%" if achieved else f"{'-':>13}"
-        print(f"{label:24} {shown:9.4g} {unit:>2} {covered:>4}/{len(targeted):<3} "
-              f"{met:>2}/{len(targeted):<2} {reached} {drift:16.3f}")
-    print(f"\nwithin-session coverage of the long-run value by the targeted runs' 95 % "
-          f"intervals: {covered_all}/{total_all} ({covered_all / max(total_all, 1):.0%})")
-    print_candidates(records)
+        drift = headline(longs[:1], kind) / headline(longs[1:], kind)
+        shown, unit = (value, "msg/s") if kind == "mean" else (value * 1e6, "us")
+        print(f"{f'{label} ws{world_size}':26} {shown:9.4g} {unit:5} "
+              f"{judged.printed.text():>26} {judged.sampling.text():>26} "
+              f"{met:>2}/{len(targeted):<2} {drift:8.3f}")
+    return records, by_family
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--budget", default=DEFAULT_BUDGET,
+                        help="the targeted runs' (the product's default)")
+    parser.add_argument("--long-budget", default="5s")
+    parser.add_argument("--precision", default=DEFAULT_PRECISION,
+                        help="the targeted runs' (the product's default)")
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--world-size-8", action=argparse.BooleanOptionalAction, default=True,
+                        help="a second session with a collective at world size 8")
+    parser.add_argument("--ws8-repeats", type=int, default=None,
+                        help="targeted runs per point at world size 8 (default: --repeats)")
+    args = parser.parse_args(argv)
+    print(f"{'point':26} {'long-run':>15} {'printed: covered, ±':>26} "
+          f"{'sampling: covered, ±':>26} {'met':>5} {'long 0/1':>8}")
+    sessions = [(POINTS, args.world_size, args.repeats)]
+    if args.world_size_8:
+        sessions.append((POINTS_WS8, 8, args.ws8_repeats or args.repeats))
+    records: list[dict] = []
+    by_family: dict[str, Judged] = {}
+    for points, world_size, repeats in sessions:
+        measured = measure(points, args, world_size, repeats)
+        if isinstance(measured, str):
+            print(measured, file=sys.stderr)
+            return 1
+        records += measured[0]
+        for family, judged in measured[1].items():
+            by_family.setdefault(family, Judged()).add(judged)
+    print_families(by_family, "WITHIN one session: how often the 95 % interval of a targeted "
+                   "run covers the long-run value (covered/runs, share, median half-width)")
+    print_noise(records)
     return 0
-
-
-# -- candidate constructions of an honest interval (issue 34), from the same runs -----------
-
-def _targeted(records: list[dict], index: int) -> tuple[list[dict], list[dict]]:
-    mine = [r for r in records if r["name"].startswith(f"test_point_{index}[")]
-    return ([r for r in mine if "-long-" in r["name"]],
-            [r for r in mine if "-targeted-" in r["name"]])
-
-
-def _value(record: dict, kind: str) -> float:
-    return headline([record], kind)
-
-
-def batch_interval(record: dict, kind: str, batches: int = 10) -> tuple[float, float] | None:
-    """Order statistics over the medians (p50) or means (rate) of `batches` consecutive
-    batches of the run's samples: neighbouring samples stay together."""
-    samples = record["samples"]
-    size = len(samples) // batches
-    if size < 1:
-        return None
-    parts = [samples[i * size:(i + 1) * size] for i in range(batches)]
-    if kind == "p50":
-        stats = sorted(statistics.median(p) for p in parts)
-        return stats[1], stats[-2]  # ranks (2, 9) of 10: >= 97.8 % for the batches' median
-    means = sorted(statistics.fmean(p) for p in parts)
-    per_iteration = record["figures"]["messages_per_iteration"]
-    return per_iteration / means[-2], per_iteration / means[1]
-
-
-def _log_half(bounds: tuple[float, float] | None, value: float) -> float | None:
-    """Half the interval's width on a log scale (relative, symmetric)."""
-    if bounds is None or min(bounds) <= 0 or value <= 0:
-        return None
-    return (math.log(bounds[1]) - math.log(bounds[0])) / 2
-
-
-def pooled_between(records: list[dict], skip: tuple[int, int]) -> float | None:
-    """The run-to-run sd of log headline, as a session with one pair of runs per point would
-    estimate it: each point's first two targeted runs other than the one judged (`skip`:
-    point index, run), (log a - log b)^2 / 2 pooled over the points."""
-    squares = []
-    for index, (_, _, kind) in enumerate(POINTS):
-        _, targeted = _targeted(records, index)
-        pair = [r for k, r in enumerate(targeted) if (index, k) != skip][:2]
-        if len(pair) == 2:
-            a, b = (_value(r, kind) for r in pair)
-            squares.append((math.log(a) - math.log(b)) ** 2 / 2)
-    return math.sqrt(statistics.fmean(squares)) if squares else None
-
-
-def print_candidates(records: list[dict]) -> None:
-    names = ("record's own", "10 batches", "own + pooled pairs", "batches + pooled pairs")
-    covered = dict.fromkeys(names, 0)
-    widths: dict[str, list[float]] = {n: [] for n in names}
-    total = 0
-    for index, (_, _, kind) in enumerate(POINTS):
-        longs, targeted = _targeted(records, index)
-        if len(longs) != 2:
-            continue
-        value = headline(longs, kind)
-        for k, r in enumerate(targeted):
-            h = _value(r, kind)
-            between = pooled_between(records, (index, k))
-            own = _log_half(interval(r, kind), h)
-            batch = _log_half(batch_interval(r, kind), h)
-            halves = {
-                "record's own": own,
-                "10 batches": batch,
-                "own + pooled pairs": None if own is None or between is None else math.sqrt(
-                    own ** 2 + (NORMAL_975 * between) ** 2),
-                "batches + pooled pairs": None if batch is None or between is None else
-                math.sqrt(batch ** 2 + (NORMAL_975 * between) ** 2),
-            }
-            total += 1
-            for name, half in halves.items():
-                if half is None:
-                    continue
-                widths[name].append(100 * (math.exp(half) - 1))
-                if abs(math.log(value) - math.log(h)) <= half:
-                    covered[name] += 1
-    print("\ncandidate constructions of the ± (issue 34), judged on the same runs: how often "
-          "each covers the long-run value, and its median half-width")
-    for name in names:
-        width = f"{statistics.median(widths[name]):.1f} %" if widths[name] else "-"
-        print(f"  {name:24} {covered[name]:>3}/{total:<3} ({covered[name] / max(total, 1):4.0%})"
-              f"   median ± {width}")
 
 
 if __name__ == "__main__":

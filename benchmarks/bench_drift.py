@@ -3,10 +3,10 @@ record's within-run interval cannot see.
 
 Two points (p2p_latency 1 KiB, all_reduce 1 KiB) are measured in turn, REPEATS times each,
 every run a short fixed-budget test of its own in one world. Per point it prints every run's
-p50 in run order, how many runs' 95 % intervals hold the median of all runs (their coverage of
-the session's value), the same for an interval from the run's 10 batch medians (order
-statistics over consecutive batches: what an interval that allows for correlated samples
-would say), the median half-width, the spread of the run p50s after the first
+p50 in run order, how many runs' own sampling intervals (95 %) hold the median of all runs
+(their coverage of the session's value), the same for an interval from the run's 10 batch
+medians (order statistics over consecutive batches: what an interval that allows for
+correlated samples would say), the median half-width, the spread of the run p50s after the first
 SETTLE runs, and the lag-1 autocorrelation of the series (near 0: independent runs; near 1:
 a slow drift a sentinel could follow).
 
@@ -19,7 +19,7 @@ import argparse
 import statistics
 import textwrap
 
-from bench_coverage import interval, run_points  # the same runner and interval reader
+from bench_coverage import run_points, sampling_interval  # the same runner, the run's own ±
 
 from pytest_distbench.results.statistics.interval import median_interval
 from pytest_distbench.results.statistics.unpaired import batch_medians
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         p50s = [r["summary"]["p50"] for r in mine]
         session = statistics.median(p50s)
         known = [(r["summary"]["p50"], bounds) for r in mine
-                 if (bounds := interval(r, "p50")) is not None]
+                 if (bounds := sampling_interval(r, "p50")) is not None]
         covered = sum(1 for _, (low, high) in known if low <= session <= high)
         halves = [100 * (high - low) / 2 / p50 for p50, (low, high) in known]
         batched = [(r["summary"]["p50"], bounds) for r in mine
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{point} 1 KiB, {len(mine)} runs of {args.budget} at {args.world_size} ranks "
               f"(p50, us, in run order):")
         print("  " + " ".join(f"{1e6 * v:.0f}" for v in p50s))
-        print(f"  runs whose 95 % interval holds the median of all runs: {covered}/{len(mine)}; "
-              f"median half-width {statistics.median(halves):.1f} %")
+        print(f"  runs whose own sampling interval (95 %) holds the median of all runs: "
+              f"{covered}/{len(mine)}; median half-width {statistics.median(halves):.1f} %")
         if batched:
             print(f"  the same from 10 batch medians: {covered_batched}/{len(mine)}; median "
                   f"half-width {statistics.median(halves_batched):.1f} %")
