@@ -74,8 +74,8 @@ def pct_text(pct: float | None, record: Record | None = None) -> str:
 
 # After the interval of a point that ran out of budget before its precision target.
 SHORT_MARK = "*"
-SHORT_NOTE = (f"{SHORT_MARK} = the budget ran out before the interval reached the "
-              "--distbench-precision target")
+SHORT_NOTE = (f"{SHORT_MARK} = short of the --distbench-precision target: the budget ran out, "
+              "or the run-to-run noise is wider")
 
 
 def with_pct(text: str, pct: float | None, record: Record | None) -> str:
