@@ -72,7 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
         try:
             session: Any = LocalSession(force=options.force,
-                                        private_network=options.private_network)
+                                        private_network=options.private_network,
+                                        revisits=options.revisits)
         except NamespaceUnavailable as exc:
             raise pytest.UsageError(f"--distbench-private-network: this machine does not "
                                     f"allow a private network namespace: {exc}") from None

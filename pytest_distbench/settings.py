@@ -146,6 +146,10 @@ def _switch(name: str, option: str, help: str) -> Setting:
 # then every test's settings, then where worlds run and the baselines.
 _RUN_AND_OUTPUTS = (
     _switch("run", "--distbench", "run distbench benchmarks (without it they are skipped)"),
+    _session("revisits", "--distbench-revisits", "4", parse_count(0),
+             "runs of earlier points repeated later in the session, per family, world size "
+             "and run length: they measure the run-to-run noise every printed ± carries; 0: "
+             "none, and no ± is printed", metavar="N"),
     _session("json", "--distbench-json", None, str,
              "write every benchmark's parameters, environment, summaries and raw samples to "
              "PATH (atomic write)", metavar="PATH"),

@@ -176,3 +176,16 @@ def test_a_latency_with_rate_figures_is_judged_on_its_p50():
     assert ci["regimes"] == [[0.2e-3, 1], [4e-3, 1]] and ci["high"] >= 4e-3
     assert record["precision"]["achieved"] == ci["half_width_pct"] / 100
     assert "sampling_rate_ci" not in record["figures"]
+
+
+def test_no_revisits_no_interval_and_the_session_says_why(pytester, distbench_run):
+    pytester.makepyfile(BENCH)
+    out = pytester.path / "r.json"
+    result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
+                           "--distbench-revisits=0", f"--distbench-json={out}")
+    result.assert_outcomes(passed=3)
+    records = _records(out)
+    assert all(r["p50_ci"]["low"] is None and r["sampling_ci"]["low"] is not None
+               and not r.get("revisits") for r in records)
+    result.stdout.fnmatch_lines(["no ± is printed: run-to-run noise not measured "
+                                 "(--distbench-revisits=0)", "*(no ±)*"])

@@ -4,11 +4,11 @@ own run-to-run noise and every figure's ± carries it (results/statistics/noise.
 Points are grouped by family, backend, world size and run length (a count, a duration or a
 budget): the noise of one group is pooled over the runs of its revisited points. Right after
 a point of a group, the latest point of that group measured at least REVISIT_GAP_S ago is
-run again, at most once per REVISIT_GAP_S and PER_GROUP times per group; a group the session
-left short gets its revisits at the end of the test loop. A revisit is not a test: its
-records only feed the noise, and a revisit that fails is dropped. A precision-targeted point
-of a group whose noise is already known stops once more samples cannot narrow its printed
-interval much (noise.sampling_target).
+run again, at most once per REVISIT_GAP_S and `per_group` times (--distbench-revisits, 4 by
+default); a group the session left short gets its revisits at the end of the test loop. A
+revisit is not a test: its records only feed the noise, and a revisit that fails is dropped.
+A precision-targeted point of a group whose noise is already known stops once more samples
+cannot narrow its printed interval much (noise.sampling_target).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Stop:
 
 
 class Revisits:
-    def __init__(self) -> None:
+    def __init__(self, per_group: int = PER_GROUP) -> None:
+        self.per_group = per_group
         self.points: dict[str, list[Point]] = {}
         self._group_of_test: dict[tuple[str, str], str] = {}
         self._stops: dict[str, Stop] = {}
@@ -115,7 +116,7 @@ class Revisits:
         revisits spread over the session and over the points of a sweep."""
         points = self.points.get(group, [])
         now = time.monotonic()
-        if (sum(p.revisits for p in points) >= PER_GROUP
+        if (sum(p.revisits for p in points) >= self.per_group
                 or now - self._last_revisit.get(group, -math.inf) < REVISIT_GAP_S):
             return None
         old = [p for p in points if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
@@ -142,7 +143,7 @@ class Revisits:
         group has a point; none with `more` False), then every record's interval from its
         group's final noise."""
         for points in self.points.values() if more else ():
-            wanted = min(PER_GROUP, max(2, len(points)))
+            wanted = min(self.per_group, max(2, len(points)))
             order = sorted(points, key=lambda p: (p.revisits, p.finished_at))
             index = 0
             while sum(p.revisits for p in points) < wanted and order:
@@ -167,10 +168,15 @@ class Revisits:
             noise = None if group is None else self.noise(group)
             apply_noise(record, noise, group or "", target=stop.target,
                         noise_stopped=stop.by_noise,
-                        why="run-to-run noise not measured yet" if group else NOT_MEASURED)
+                        why=self._why_none(group))
             values = self._runs_of(record["id"])
             if values and len(values) > 1:
                 record["revisits"] = values[1:]
+
+    def _why_none(self, group: str | None) -> str:
+        if not self.per_group:
+            return f"{NOT_MEASURED} (--distbench-revisits=0)"
+        return f"{NOT_MEASURED} yet" if group else NOT_MEASURED
 
     def _group_by_id(self, record_id: str) -> str | None:
         for group, points in self.points.items():

@@ -33,9 +33,11 @@ T = TypeVar("T")
 
 
 class LocalSession(Session):
-    def __init__(self, force: bool = False, private_network: bool = False) -> None:
+    def __init__(self, force: bool = False, private_network: bool = False,
+                 revisits: int = 4) -> None:
         """`private_network`: the worlds live in a network namespace of their own
-        (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one."""
+        (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one.
+        `revisits`: per group (controller/revisits.py)."""
         super().__init__()
         self.network = PrivateNetwork() if private_network else None
         self._sigterm: Any = None
@@ -48,7 +50,7 @@ class LocalSession(Session):
         self._store: Any = None
         self._capture_dir: Path | None = None
         self._worlds_started = 0
-        self.revisits = Revisits()
+        self.revisits = Revisits(revisits)
         remove_stale_folders()  # what sessions killed by SIGKILL left in the temporary directory
         # Held while this session lives: its folders are not stale (stale_folders.py). The
         # forkserver's socket goes in multiprocessing's folder of this process.
