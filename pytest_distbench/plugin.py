@@ -232,12 +232,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if ab_mode is not None:  # A/B rounds; each regression fails inside
         ab_mode.run_item(session, pyfuncitem, resolved, key)
         return True
-    revisits = session.revisits
-    fresh = collection.uses_rpc(pyfuncitem)
-    run_settings = resolved if revisits is None else revisits.settings_for(pyfuncitem, resolved)
-    records = session.run_item(pyfuncitem, run_settings, key, fresh_world_after=fresh)
-    if revisits is not None:
-        revisits.after_test(session, pyfuncitem, run_settings, key, records, fresh)
+    records = session.run_item(pyfuncitem, resolved, key,
+                               fresh_world_after=collection.uses_rpc(pyfuncitem))
     if records:  # launcher mode: rank 0 has gated its records already, the others keep none
         outputs.after_test(pyfuncitem, records, resolved)
     return True

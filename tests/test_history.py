@@ -37,13 +37,13 @@ def test_append_keeps_the_last_runs_oldest_first(runs, keep):
     assert p50s == pytest.approx(expected, rel=0.02)
 
 
-def test_append_run_is_atomic_valid_and_stays_schema_1(tmp_path):
+def test_append_run_is_atomic_valid_and_keeps_the_schema_version(tmp_path):
     path = tmp_path / "main.json"
     for i in range(12):
         note = history.append_run(run_document(1 + i * 0.01), path)
     assert "10 run(s) kept" in note
     doc = document.read_document(path)  # validates
-    assert doc["distbench"]["schema_version"] == 1
+    assert doc["distbench"]["schema_version"] == document.SCHEMA_VERSION
     assert len(doc["distbench"]["history"]) == 9
     assert not list(tmp_path.glob(".*.tmp"))
     # A file written before history existed (plain v1) reads as one run.

@@ -160,7 +160,8 @@ def test_append_adds_runs_and_one_run_says_its_noise_is_unknown(bench, distbench
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*appended this run to baseline {path} (2 run(s)*"])
     doc = json.loads(path.read_text())
-    assert doc["distbench"]["schema_version"] == 1 and len(doc["distbench"]["history"]) == 1
+    assert doc["distbench"]["schema_version"] == document.SCHEMA_VERSION
+    assert len(doc["distbench"]["history"]) == 1
     # Two runs are not enough to learn a spread: the single-run verdict, and it says so.
     single = distbench_run("--distbench", "--distbench-compare=main")
     single.stdout.fnmatch_lines(["*2 stored run(s): not gateable, run-to-run noise unknown*",

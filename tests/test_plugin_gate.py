@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pytest_distbench.results.document import SCHEMA_VERSION
 from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
 
 # A benchmark whose work is a busy wait of 3 ms, made SLOW times longer by an env variable:
@@ -43,7 +44,7 @@ def test_save_then_refuse_to_overwrite(bench, distbench_run):
     path = bench.path / "baselines" / "main.json"
     result.stdout.fnmatch_lines([f"*wrote baseline {path}*"])
     saved = path.read_bytes()
-    assert json.loads(saved)["distbench"]["schema_version"] == 1
+    assert json.loads(saved)["distbench"]["schema_version"] == SCHEMA_VERSION
 
     again = distbench_run("--distbench", "--distbench-save=main")
     assert again.ret == pytest.ExitCode.USAGE_ERROR

@@ -44,7 +44,7 @@ def _check_session_intervals(records, group):
     for r in records:
         ci, own = r["p50_ci"], r["sampling_ci"]
         assert ci["run_noise"]["group"] == group and ci["why"] is None
-        assert ci["run_noise"]["dof"] >= 2
+        assert ci["run_noise"]["dof"] == 4 and ci["run_noise"]["runs"] == 7
         # Never narrower than the run's own interval, and at least the noise wide.
         assert ci["low"] <= own["low"] <= r["summary"]["p50"] <= own["high"] <= ci["high"]
         noise = math.log(1 + ci["run_noise"]["half_width_pct"] / 100)
@@ -66,7 +66,7 @@ def test_every_figure_carries_the_noise_its_session_measured(pytester, distbench
     _check_session_intervals(_records(out), group)
     result.stdout.fnmatch_lines([
         "run-to-run noise here (95 %, measured by running points again in this session): "
-        f"{group} ± *%*"])
+        f"{group} ±*", "distbench: 4 revisit(s) (earlier points run again to measure the *"])
 
 
 CONFTEST_NO_GAP = """

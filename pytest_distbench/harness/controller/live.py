@@ -81,8 +81,9 @@ class LivePrinter:
     then the measurement's totals as the table prints them. Without -v nothing is printed:
     a line in the middle of pytest's progress line would break it after every test."""
 
-    def __init__(self, config: Any, stream: TextIO | None = None) -> None:
-        shown = config.get_verbosity() >= 1
+    def __init__(self, config: Any, stream: TextIO | None = None, shown: bool = True) -> None:
+        """`shown`: False keeps the reports and prints nothing (a revisit's)."""
+        shown = shown and config.get_verbosity() >= 1
         self._terminal = config.pluginmanager.get_plugin("terminalreporter") if shown else None
         self._capture = config.pluginmanager.get_plugin("capturemanager")
         self._stream = stream  # set: write there, from any thread, capture left alone

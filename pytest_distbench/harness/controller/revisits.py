@@ -25,6 +25,7 @@ import pytest
 from ... import registry
 from ...results.document.record import Record
 from ...results.document.session_intervals import NOT_MEASURED, apply_noise, headline
+from ...results.rendering.fit import wrap
 from ...results.statistics.noise import RunNoise, pooled_run_noise, sampling_target
 from .outcome import prepare
 
@@ -67,6 +68,8 @@ class Revisits:
         self._stops: dict[str, Stop] = {}
         self._pending_stop: Stop | None = None
         self._last_revisit: dict[str, float] = {}
+        self.runs = 0  # revisits run, and the seconds they took
+        self.seconds = 0.0
 
     # -- before a test ------------------------------------------------------------------------
 
@@ -124,13 +127,16 @@ class Revisits:
 
     def _revisit(self, session: Any, point: Point) -> None:
         point.revisits += 1
-        self._last_revisit[point.group] = time.monotonic()
+        began = self._last_revisit[point.group] = time.monotonic()
+        self.runs += 1
         try:
             records = session.run_item(point.item, point.settings, point.key,
                                        fresh_world_after=point.fresh_world_after,
                                        task=point.task, keep=False)
         except (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception):
             return  # a revisit that fails only gives no figure; the test itself passed
+        finally:
+            self.seconds += time.monotonic() - began
         for record in records or ():
             value = headline(record)
             if value is not None and record["id"] in point.runs:
@@ -139,11 +145,11 @@ class Revisits:
     # -- the end of the test loop -------------------------------------------------------------
 
     def finish(self, session: Any, more: bool = True) -> None:
-        """Revisits for the groups the session left short (at least two runs more, where the
-        group has a point; none with `more` False), then every record's interval from its
-        group's final noise."""
+        """Revisits for the groups the session left short (`per_group` each; none with
+        `more` False), then every record's interval from its group's final noise, and a note
+        of what the revisits cost."""
         for points in self.points.values() if more else ():
-            wanted = min(self.per_group, max(2, len(points)))
+            wanted = self.per_group
             order = sorted(points, key=lambda p: (p.revisits, p.finished_at))
             index = 0
             while sum(p.revisits for p in points) < wanted and order:
@@ -151,6 +157,11 @@ class Revisits:
                 index += 1
         # Only this session's own: an xdist controller's records came finished from workers.
         self._apply([r for r in session.records if r["id"] in self._stops])
+        if self.runs:
+            session.notes.extend(wrap(
+                f"distbench: {self.runs} revisit(s) (earlier points run again to measure the "
+                f"run-to-run noise every ± carries) took {self.seconds:.1f} s; "
+                "--distbench-revisits=N sets how many per group"))
 
     def noise(self, group: str) -> RunNoise | None:
         runs: dict[str, list[float]] = {}

@@ -192,13 +192,17 @@ class LocalSession(Session):
         variant; its records are A/B mode's to merge. `keep=False`: a revisit
         (controller/revisits.py), whose records only feed the session's noise.
         """
+        # A test of its own (not an A/B variant, not a revisit) takes part in the revisits.
+        own = keep and not key.variant
+        if own:
+            settings = self.revisits.settings_for(item, settings)
         task = task or prepare(item, settings)
         try:
             world = self.world(key, settings.timeout)
         except WorldStartError as exc:
             variant = f"{key.variant} " if key.variant else ""
             pytest.fail(f"could not start the {variant}world: {exc}", pytrace=False)
-        live = LivePrinter(item.config)
+        live = LivePrinter(item.config, shown=keep)
         result = world.run(task, settings.timeout, on_progress=live)
         if not result.clean:
             self.retire(world)
@@ -207,7 +211,8 @@ class LocalSession(Session):
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
         records = judge(item, key, result, settings, variant=key.variant,
-                        live_reports=live.reports,
-                        keep=None if key.variant or not keep else self.records)
+                        live_reports=live.reports, keep=self.records if own else None)
+        if own:  # the interval known so far, which the closing line and the gate show
+            self.revisits.after_test(self, item, settings, key, records, fresh_world_after)
         live.finish(records)
         return records

@@ -60,6 +60,9 @@ def missing_reason(record: Record | None, short: bool = False) -> str:
     why = ((record or {}).get("p50_ci") or {}).get("why")
     if not why:
         return TOO_FEW
+    if why.endswith(" yet"):  # at the test's end, before the session measured its noise
+        return "± at the end" if short else f"no ± yet: {why} (the tables and results file " \
+            "at the end have it)"
     return "no ±" if short else f"no ±: {why}"
 
 
