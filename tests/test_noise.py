@@ -158,9 +158,9 @@ SESSIONS = 240  # per example: coverage is counted over all their judged runs
 
 
 def revisits_per_point(points: int) -> list[int]:
-    """The harness's plan for one group: PER_GROUP revisits (at least 2, at most one per point
-    where there are enough points), spread over the points in their order."""
-    wanted = min(PER_GROUP, max(2, points))
+    """The harness's plan for one group: PER_GROUP revisits spread over the points in their
+    order (round robin where the group has fewer points)."""
+    wanted = PER_GROUP
     return [wanted // points + (k < wanted % points) for k in range(points)]
 
 
