@@ -33,8 +33,13 @@ def test_offsets(distbench, ms):
 """
 
 
-def _records(path):
-    return [b["distbench"] for b in json.loads(path.read_text())["benchmarks"]]
+def _session(pytester, distbench_run, source, passed, *args):
+    """A real session of `source` with `args`: its result and its records."""
+    pytester.makepyfile(source)
+    out = pytester.path / "r.json"
+    result = distbench_run("--distbench", *args, f"--distbench-json={out}")
+    result.assert_outcomes(passed=passed)
+    return result, [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
 
 
 def _check_session_intervals(records, group):
@@ -58,12 +63,9 @@ def _check_session_intervals(records, group):
 ])
 def test_every_figure_carries_the_noise_its_session_measured(pytester, distbench_run,
                                                              world_size, mode, group):
-    pytester.makepyfile(BENCH)
-    out = pytester.path / "r.json"
-    result = distbench_run("--distbench", f"--world-size={world_size}", *mode,
-                           f"--distbench-json={out}")
-    result.assert_outcomes(passed=3)
-    _check_session_intervals(_records(out), group)
+    result, records = _session(pytester, distbench_run, BENCH, 3, f"--world-size={world_size}",
+                               *mode)
+    _check_session_intervals(records, group)
     result.stdout.fnmatch_lines([
         "run-to-run noise here (95 %, measured by running points again in this session): "
         f"{group} ±*", "distbench: 4 revisit(s) (earlier points run again to measure the *"])
@@ -90,12 +92,8 @@ def test_runs_apart(distbench, point):
 
 def test_a_point_stops_once_the_noise_dominates_its_target(pytester, distbench_run):
     pytester.makeconftest(CONFTEST_NO_GAP)
-    pytester.makepyfile(NOISY_RUNS)
-    out = pytester.path / "r.json"
-    result = distbench_run("--distbench", "--world-size=3", "--distbench-budget=1s",
-                           "--distbench-precision=2%", f"--distbench-json={out}")
-    result.assert_outcomes(passed=8)
-    records = _records(out)
+    result, records = _session(pytester, distbench_run, NOISY_RUNS, 8, "--world-size=3",
+                               "--distbench-budget=1s", "--distbench-precision=2%")
     stopped = [r for r in records if r["precision"]["stopped_by"] == "noise"]
     # The first points run before the group's noise is known (3 degrees of freedom): they
     # spend the budget; once known, the noise (runs 1x-3x apart) is far past 2 %.
@@ -179,12 +177,8 @@ def test_a_latency_with_rate_figures_is_judged_on_its_p50():
 
 
 def test_no_revisits_no_interval_and_the_session_says_why(pytester, distbench_run):
-    pytester.makepyfile(BENCH)
-    out = pytester.path / "r.json"
-    result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
-                           "--distbench-revisits=0", f"--distbench-json={out}")
-    result.assert_outcomes(passed=3)
-    records = _records(out)
+    result, records = _session(pytester, distbench_run, BENCH, 3, "--world-size=3",
+                               "--distbench-iterations=10", "--distbench-revisits=0")
     assert all(r["p50_ci"]["low"] is None and r["sampling_ci"]["low"] is not None
                and not r.get("revisits") for r in records)
     result.stdout.fnmatch_lines(["no ± is printed: run-to-run noise not measured "
