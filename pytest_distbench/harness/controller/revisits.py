@@ -29,10 +29,10 @@ from ...results.rendering.fit import wrap
 from ...results.statistics.noise import RunNoise, pooled_run_noise, sampling_target
 from .outcome import prepare
 
-REVISIT_GAP_S = 5.0
+REVISIT_GAP_S = 2.0
 PER_GROUP = 4
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
-MIN_DOF_TO_STOP = 3
+MIN_DOF_TO_STOP = 2
 UNDER_LAUNCHER = "run-to-run noise not measured under a launcher"
 
 
@@ -47,6 +47,7 @@ class Point:
     fresh_world_after: bool
     group: str
     finished_at: float
+    seconds: float  # what its run took: a revisit costs about as much
     runs: dict[str, list[float]] = field(default_factory=dict)
     revisits: int = 0
 
@@ -91,9 +92,10 @@ class Revisits:
     # -- after a test -------------------------------------------------------------------------
 
     def after_test(self, session: Any, item: pytest.Function, settings: Any, key: Any,
-                   records: Sequence[Record], fresh_world_after: bool) -> None:
-        """Note the point, give its records the interval known so far (the gate and the -v
-        line read it), and revisit an earlier point of its group when one is due."""
+                   records: Sequence[Record], fresh_world_after: bool, seconds: float) -> None:
+        """Note the point (`seconds`: what its run in the world took), give its records the
+        interval known so far (the gate and the -v line read it), and revisit an earlier point
+        of its group when one is due."""
         stop = self._pending_stop or Stop(getattr(settings, "precision", None), False)
         self._pending_stop = None
         for record in records:
@@ -104,8 +106,9 @@ class Revisits:
             return
         group = group_of(measured[0], settings)
         self._group_of_test[_test_key(item)] = group
+        now = time.monotonic()
         point = Point(item, settings, prepare(item, settings), key, fresh_world_after, group,
-                      time.monotonic(),
+                      now, seconds,
                       {r["id"]: [headline(r)] for r in measured})  # type: ignore[misc]
         due = self._due(group)
         self.points.setdefault(group, []).append(point)
@@ -122,7 +125,8 @@ class Revisits:
         if (sum(p.revisits for p in points) >= self.per_group
                 or now - self._last_revisit.get(group, -math.inf) < REVISIT_GAP_S):
             return None
-        old = [p for p in points if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
+        old = [p for p in _affordable(points)
+               if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
         return old[-1] if old else None
 
     def _revisit(self, session: Any, point: Point) -> None:
@@ -150,7 +154,7 @@ class Revisits:
         of what the revisits cost."""
         for points in self.points.values() if more else ():
             wanted = self.per_group
-            order = sorted(points, key=lambda p: (p.revisits, p.finished_at))
+            order = sorted(_affordable(points), key=lambda p: (p.revisits, p.seconds))
             index = 0
             while sum(p.revisits for p in points) < wanted and order:
                 self._revisit(session, order[index % len(order)])
@@ -220,6 +224,16 @@ def without_revisits(records: Sequence[Record], why: str = UNDER_LAUNCHER) -> No
     """Records of a session that cannot revisit: no printed interval, and why."""
     for record in records:
         apply_noise(record, None, "", why=why)
+
+
+def _affordable(points: Sequence[Point]) -> list[Point]:
+    """The points a revisit may repeat: none that took more than twice the group's median
+    (a TCPStore init that met a 5 s name-lookup stall would cost that again)."""
+    if not points:
+        return []
+    ordered = sorted(p.seconds for p in points)
+    typical = ordered[(len(ordered) - 1) // 2]
+    return [p for p in points if p.seconds <= 2 * typical]
 
 
 def _test_key(item: pytest.Function) -> tuple[str, str]:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -203,7 +204,9 @@ class LocalSession(Session):
             variant = f"{key.variant} " if key.variant else ""
             pytest.fail(f"could not start the {variant}world: {exc}", pytrace=False)
         live = LivePrinter(item.config, shown=keep)
+        began = time.monotonic()
         result = world.run(task, settings.timeout, on_progress=live)
+        seconds = time.monotonic() - began
         if not result.clean:
             self.retire(world)
         elif fresh_world_after:
@@ -213,6 +216,7 @@ class LocalSession(Session):
         records = judge(item, key, result, settings, variant=key.variant,
                         live_reports=live.reports, keep=self.records if own else None)
         if own:  # the interval known so far, which the closing line and the gate show
-            self.revisits.after_test(self, item, settings, key, records, fresh_world_after)
+            self.revisits.after_test(self, item, settings, key, records, fresh_world_after,
+                                     seconds)
         live.finish(records)
         return records
