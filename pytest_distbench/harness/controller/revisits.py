@@ -181,12 +181,12 @@ class Revisits:
             stop = self._stops.get(record["id"], Stop(None, False))
             group = self._group_by_id(record["id"])
             noise = None if group is None else self.noise(group)
+            values = self._runs_of(record["id"])
+            if values and len(values) > 1:
+                record["revisits"] = values[1:]  # first: apply_noise reads the regimes here
             apply_noise(record, noise, group or "", target=stop.target,
                         noise_stopped=stop.by_noise,
                         why=self._why_none(group))
-            values = self._runs_of(record["id"])
-            if values and len(values) > 1:
-                record["revisits"] = values[1:]
 
     def _why_none(self, group: str | None) -> str:
         if not self.per_group:
