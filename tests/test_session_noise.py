@@ -183,3 +183,29 @@ def test_no_revisits_no_interval_and_the_session_says_why(pytester, distbench_ru
                and not r.get("revisits") for r in records)
     result.stdout.fnmatch_lines(["no ± is printed: run-to-run noise not measured "
                                  "(--distbench-revisits=0)", "*(no ±)*"])
+
+
+# Every other run of the point is five times slower: two regimes.
+REGIMES = """
+import itertools, time, pytest
+
+RUNS = itertools.count()
+
+@pytest.mark.distbench
+def test_flips(distbench):
+    pause = 0.005 if next(RUNS) % 2 else 0.001
+    distbench.measure(lambda: time.sleep(pause))
+"""
+
+
+def test_a_point_whose_runs_flip_between_regimes_is_named_and_its_interval_spans_them(
+        pytester, distbench_run):
+    result, [record] = _session(pytester, distbench_run, REGIMES, 1, "--world-size=3",
+                                "--distbench-iterations=10")
+    assert len(record["revisits"]) == 4
+    [fast, slow] = record["p50_ci"]["regimes"]
+    assert fast[1] == 3 and slow[1] == 2 and 4 < slow[0] / fast[0] < 6
+    assert record["p50_ci"]["low"] <= fast[0] and record["p50_ci"]["high"] >= slow[0]
+    result.stdout.fnmatch_lines([
+        "points whose runs in this session fell into different regimes (their ± spans them):",
+        "  test_flips ws3 (test_flips[[]gloo-ws3[]]): runs at * us (3 runs) and * us (2 runs)"])
