@@ -69,7 +69,8 @@ def _rates(records: list[Record]) -> str:
     return (_table(rows, headers)
             + "\n# MB/s = 1e6 B/s over all pairs (and both directions for bibw); plain columns "
               "= total messages / total time (as OSU reports), its 95 % CI a block bootstrap over "
-              "windows; p50/p95 = rate of the median / 95th-percentile (slower) window")
+              "windows widened by the run-to-run noise; p50/p95 = rate of the median / "
+              "95th-percentile (slower) window")
 
 
 PATH_ORDER = ("client_to_computation", "computation_to_client", "computation_to_computation")

@@ -236,7 +236,8 @@ def measurement_name(record: Record) -> str | None:
 
 SIZE = Axis("message size", "bytes", size=True)
 TIME_US = Axis("time per iteration", "us")
-P50 = "p50, bars its 95 % CI (order statistics), band p5-p95 of the iterations"
+P50 = ("p50, bars its 95 % interval in this session (sampling and run-to-run noise), band "
+       "p5-p95 of the iterations")
 
 
 def time_us(record: Record, seconds: float) -> float:
@@ -267,14 +268,14 @@ NBYTES = Value("message size", field="nbytes")
 TIME = Value("p50", of_time=time_us)
 MSGS = Value("messages/s", of_time=msgs_per_s)
 MBPS = Value("MB/s", of_time=mbps)
-# The message families' headline: totals over the timed region (as OSU), with their block
-# bootstrap interval, the figure their tables print.
+# The message families' headline: totals over the timed region (as OSU), with their
+# interval (block bootstrap widened by the session's noise), the figure their tables print.
 MSGS_TOTAL = Value("messages/s", field="figures.msgs_per_s",
                    interval_fields=("figures.msgs_per_s_ci_low", "figures.msgs_per_s_ci_high"))
 MBPS_TOTAL = Value("MB/s", field="figures.mbps",
                    interval_fields=("figures.mbps_ci_low", "figures.mbps_ci_high"))
-TOTALS = ("total messages / total time (as OSU), bars its 95 % CI (block bootstrap over "
-          "iterations)")
+TOTALS = ("total messages / total time (as OSU), bars its 95 % interval in this session "
+          "(block bootstrap and run-to-run noise)")
 DEFAULT_HEADLINE = (Headline("p50", TIME, "us"),)
 
 
