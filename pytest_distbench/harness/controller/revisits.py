@@ -26,7 +26,12 @@ from ... import registry
 from ...results.document.record import Record
 from ...results.document.session_intervals import NOT_MEASURED, apply_noise, headline
 from ...results.rendering.fit import wrap
-from ...results.statistics.noise import RunNoise, pooled_run_noise, sampling_target
+from ...results.statistics.noise import (
+    RunNoise,
+    pooled_run_noise,
+    sampling_target,
+    stopped_by_noise,
+)
 from .outcome import prepare
 
 REVISIT_GAP_S = 2.0
@@ -83,11 +88,8 @@ class Revisits:
         noise = self.noise(group) if group else None
         if target is None or noise is None or noise.dof < MIN_DOF_TO_STOP:
             return settings
-        looser = sampling_target(target, noise)
-        between = math.expm1(noise.half_log())
-        reach = math.sqrt(target ** 2 - between ** 2) if between < target else 0.0
-        self._pending_stop = Stop(target, looser > reach)
-        return dataclasses.replace(settings, precision=looser)
+        self._pending_stop = Stop(target, stopped_by_noise(target, noise))
+        return dataclasses.replace(settings, precision=sampling_target(target, noise))
 
     # -- after a test -------------------------------------------------------------------------
 

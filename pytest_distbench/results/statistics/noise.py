@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .interval import LEVEL, NORMAL_975
 
 __all__ = ["RunNoise", "pooled_run_noise", "regimes", "sampling_target", "session_interval",
-           "t_975"]
+           "stopped_by_noise", "t_975"]
 
 # Student t 97.5 % quantiles for 1..30 degrees of freedom.
 _T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -108,9 +108,23 @@ def sampling_target(target: float, noise: RunNoise | None) -> float:
     it, where more samples could narrow the combined interval by little."""
     if noise is None:
         return target
+    reach, floor = _reach_and_floor(target, noise)
+    return max(reach, floor)
+
+
+def stopped_by_noise(target: float, noise: RunNoise) -> bool:
+    """Whether sampling_target's stop is the noise's: the noise alone is near or past the
+    target, so a run stopped there cannot meet it."""
+    reach, floor = _reach_and_floor(target, noise)
+    return floor > reach
+
+
+def _reach_and_floor(target: float, noise: RunNoise) -> tuple[float, float]:
+    """The sampling half-width at which the combined interval meets `target` (0 where the
+    noise alone is past it), and the one past which more samples buy little."""
     between = math.expm1(noise.half_log())
     reach = math.sqrt(target ** 2 - between ** 2) if between < target else 0.0
-    return max(reach, NOISE_FLOOR_SHARE * between)
+    return reach, NOISE_FLOOR_SHARE * between
 
 
 def regimes(values: Sequence[float], ratio: float = REGIME_RATIO) -> list[tuple[float, int]]:
