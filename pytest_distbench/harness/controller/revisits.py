@@ -70,6 +70,7 @@ class Revisits:
     def __init__(self, per_group: int = PER_GROUP) -> None:
         self.per_group = per_group
         self.points: dict[str, list[Point]] = {}
+        self._point_of: dict[str, Point] = {}  # record id -> the point that measured it
         self._group_of_test: dict[tuple[str, str], str] = {}
         self._stops: dict[str, Stop] = {}
         self._pending_stop: Stop | None = None
@@ -114,6 +115,7 @@ class Revisits:
                       {r["id"]: [headline(r)] for r in measured})  # type: ignore[misc]
         due = self._due(group)
         self.points.setdefault(group, []).append(point)
+        self._point_of.update(dict.fromkeys(point.runs, point))
         if due is not None:
             self._revisit(session, due)
         self._apply(records)
@@ -175,17 +177,20 @@ class Revisits:
             runs.update(point.runs)
         return pooled_run_noise(runs)
 
-    def noises(self) -> dict[str, RunNoise | None]:
-        return {group: self.noise(group) for group in self.points}
-
     def _apply(self, records: Sequence[Record]) -> None:
+        noises: dict[str, RunNoise | None] = {}
         for record in records:
             stop = self._stops.get(record["id"], Stop(None, False))
-            group = self._group_by_id(record["id"])
-            noise = None if group is None else self.noise(group)
-            values = self._runs_of(record["id"])
-            if values and len(values) > 1:
-                record["revisits"] = values[1:]  # first: apply_noise reads the regimes here
+            point = self._point_of.get(record["id"])
+            group = noise = None
+            if point is not None:
+                group = point.group
+                if group not in noises:
+                    noises[group] = self.noise(group)
+                noise = noises[group]
+                runs = point.runs[record["id"]]
+                if len(runs) > 1:
+                    record["revisits"] = runs[1:]  # first: apply_noise reads the regimes
             apply_noise(record, noise, group or "", target=stop.target,
                         noise_stopped=stop.by_noise,
                         why=self._why_none(group))
@@ -194,19 +199,6 @@ class Revisits:
         if not self.per_group:
             return f"{NOT_MEASURED} (--distbench-revisits=0)"
         return f"{NOT_MEASURED} yet" if group else NOT_MEASURED
-
-    def _group_by_id(self, record_id: str) -> str | None:
-        for group, points in self.points.items():
-            if any(record_id in p.runs for p in points):
-                return group
-        return None
-
-    def _runs_of(self, record_id: str) -> list[float] | None:
-        for points in self.points.values():
-            for point in points:
-                if record_id in point.runs:
-                    return point.runs[record_id]
-        return None
 
 
 def group_of(record: Record, settings: Any) -> str:
