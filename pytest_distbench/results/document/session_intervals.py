@@ -52,10 +52,13 @@ def apply_noise(record: Record, noise: RunNoise | None, group: str, *,
         record["sampling_ci"] = record.get("p50_ci")
     sampling = record.get("sampling_ci") or {}
     p50 = (record.get("summary") or {}).get("p50")
-    bounds = None
-    if noise is not None and isinstance(p50, (int, float)) and p50 > 0:
-        own = (sampling.get("low"), sampling.get("high"))
-        bounds = session_interval(p50, None if None in own else own, noise)
+    figure = headline(record)
+    runs = [] if figure is None else [figure, *(record.get("revisits") or [])]
+    seen = regimes(runs)
+    regime_runs = runs if len(seen) > 1 else []
+    rate = is_rate(record)
+    bounds = _widened(p50, sampling.get("low"), sampling.get("high"), noise,
+                      [] if rate else regime_runs)
     record["p50_ci"] = {
         "level": LEVEL, "method": METHOD,
         "low": None if bounds is None else bounds[0],
@@ -64,18 +67,25 @@ def apply_noise(record: Record, noise: RunNoise | None, group: str, *,
         "run_noise": None if noise is None else {"group": group, **noise.as_dict()},
         "why": None if bounds is not None else why,
     }
-    figure = headline(record)
-    runs = [] if figure is None else [figure, *(record.get("revisits") or [])]
-    seen = regimes(runs)
-    if len(seen) > 1:
+    if regime_runs:
         record["p50_ci"]["regimes"] = [[value, count] for value, count in seen]
-    if is_rate(record):
-        _apply_rate(record, noise, runs if len(seen) > 1 else [])
-    elif len(seen) > 1 and bounds is not None:
-        # The point's runs landed in different regimes: the interval spans every one.
-        low, high = min(bounds[0], *runs), max(bounds[1], *runs)
-        record["p50_ci"].update(low=low, high=high, half_width_pct=half_width_pct(low, high, p50))
+    if rate:
+        _apply_rate(record, noise, regime_runs)
     _judge_precision(record, target, noise_stopped)
+
+
+def _widened(figure: object, low: float | None, high: float | None, noise: RunNoise | None,
+             regime_runs: list[float]) -> tuple[float, float] | None:
+    """The session interval of `figure` from its run's own (low, high; None where the run
+    had too few samples for one) and `noise`, spanning `regime_runs` (the point's runs where
+    they landed in different regimes); None without noise or a positive figure."""
+    if noise is None or not isinstance(figure, (int, float)) or figure <= 0:
+        return None
+    own = None if low is None or high is None else (low, high)
+    bounds = session_interval(figure, own, noise)
+    if bounds is not None and regime_runs:
+        bounds = (min(bounds[0], *regime_runs), max(bounds[1], *regime_runs))
+    return bounds
 
 
 def _apply_rate(record: Record, noise: RunNoise | None, regime_runs: list[float]) -> None:
@@ -86,12 +96,7 @@ def _apply_rate(record: Record, noise: RunNoise | None, regime_runs: list[float]
                                        "pct": figures.get("rate_ci_pct")}
     own = figures["sampling_rate_ci"]
     rate = figures.get("msgs_per_s")
-    bounds = None
-    if noise is not None and isinstance(rate, (int, float)) and rate > 0:
-        pair = (own.get("low"), own.get("high"))
-        bounds = session_interval(rate, None if None in pair else pair, noise)
-    if bounds is not None and regime_runs:
-        bounds = (min(bounds[0], *regime_runs), max(bounds[1], *regime_runs))
+    bounds = _widened(rate, own.get("low"), own.get("high"), noise, regime_runs)
     nbytes = record.get("nbytes") or 0
     low, high = bounds if bounds is not None else (None, None)
     figures.update(
