@@ -20,15 +20,25 @@ def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
+# Spaces a line never breaks at: between a figure and its unit (`168 %`, `1,003 us`, `64 MiB`,
+# `87.2 MB/s`), around a ± and after a ~ (`752 us ± 168 %` stays one piece).
+_UNIT = r"(?:%|[KMGTP]?i?B(?:/s)?|[KMGT]?B/s|[mun]?s|msgs/s|x)"
+_KEPT = re.compile(rf"(?<=\d) (?={_UNIT}(?![\w/]))|(?<=[±~]) (?=\S)|(?<=\S) (?=±)")
+_GLUE = "\x00"  # stands for a kept space while textwrap splits the line
+
+
 def wrap(line: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
-    """One line as lines of at most `width` (a word longer than that stays whole), the ones
-    after the first indented by `indent`; a note (`# ...`) continues as a note."""
+    """One line as lines of at most `width` (a word longer than that stays whole, a figure
+    stays with its unit), the ones after the first indented by `indent`; a note (`# ...`)
+    continues as a note."""
     if len(line) <= width:
         return [line]
     if line.startswith("# "):
         indent = "#  " + indent
-    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [line]
+    glued = _KEPT.sub(_GLUE, line)
+    return [part.replace(_GLUE, " ") for part in textwrap.wrap(
+        glued, width, subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False)] or [line]
 
 
 def wrap_text(text: str, width: int = WIDTH) -> str:

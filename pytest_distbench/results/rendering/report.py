@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ...units import size_cell
 from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -90,7 +91,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
             [
                 v.name,
                 v.family,
-                _size(v.nbytes),
+                size_cell(v.nbytes),
                 _raw_us(v.baseline_value),
                 _raw_us(v.current_value),
                 _raw_pct(v.metric_change),
@@ -113,7 +114,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
         [
             _text(v.name, markdown),
             _text(v.family, markdown),
-            _size(v.nbytes),
+            size_cell(v.nbytes),
             _us(v.baseline_value),
             _us(v.current_value),
             _pct(v.metric_change),
@@ -230,10 +231,11 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
     rows = []
     for benchmark_id, first in ids.items():
         if raw:
-            row = [first.name, first.family, _size(first.nbytes)]
+            row = [first.name, first.family, size_cell(first.nbytes)]
             row.append(_raw_us(baseline_value(benchmark_id)))
         else:
-            row = [_text(first.name, markdown), _text(first.family, markdown), _size(first.nbytes)]
+            row = [_text(first.name, markdown), _text(first.family, markdown),
+                   size_cell(first.nbytes)]
             row.append(_us(baseline_value(benchmark_id)))
         for comparison in series:
             v = comparison.get(benchmark_id)
@@ -342,19 +344,6 @@ def _text(value: Any, markdown: bool) -> str:
     if markdown:
         text = text.replace("\\", "\\\\").replace("|", "\\|")
     return text
-
-
-def _size(nbytes: int | None) -> str:
-    if nbytes is None:
-        return "-"
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    value = float(nbytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        value /= 1024
-        if value < 1024 or unit == "EiB":
-            break
-    return f"{value:.4g} {unit}"
 
 
 def _us(seconds: float | None) -> str:
