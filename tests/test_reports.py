@@ -26,6 +26,7 @@ from pytest_distbench.results.rendering import (
     plot,
     plot_spec,
     registered,
+    report,
     table,
 )
 from pytest_distbench.results.statistics.ratio import ratio_interval
@@ -622,3 +623,15 @@ def test_the_family_styled_tables_name_a_users_own_measurements(family, figures,
         assert sum(ln.startswith(f"{name} ") for ln in lines) == 1, text
     # One measurement at a point needs no name column.
     assert "name" not in table.render_tables(_alike(family, figures, **kwargs)[:1])
+
+
+def test_a_comparison_fits_the_terminal_as_the_tables_do():
+    """`pytest-distbench compare` rows were 175 characters and its legend 361."""
+    document = plot_data.document(plot_data.every_family())
+    compared = compare_documents(document, document, threshold=0.1)
+    text = report.render(compared)
+    assert max(map(len, text.splitlines())) <= fit.WIDTH, text
+    # Nothing lost: every benchmark's row and the whole legend, once unwrapped.
+    assert all(v.name.split("[", 1)[0] in text for v in compared.verdicts)
+    assert report.rule_line(compared) in unwrapped(text)
+    assert report.render(compared, "markdown").count("\n|") > len(compared.verdicts)

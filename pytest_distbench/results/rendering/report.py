@@ -16,6 +16,7 @@ from typing import Any
 
 from ...units import size_cell
 from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
+from . import fit
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -130,7 +131,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
         lines += _markdown_warnings([("", comparison.fingerprint_differences)])
         lines += [table, "", _markdown_summary(comparison), "", f"_{rule_line(comparison)}_"]
     else:
-        lines += [table, "", summary_line(comparison), rule_line(comparison)]
+        lines += [table, "", *_fitted(summary_line(comparison)), *_fitted(rule_line(comparison))]
     return "\n".join(lines) + "\n"
 
 
@@ -260,8 +261,8 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
         lines += ["", f"_{rule_line(series[0])}_"]
     else:
         lines = [table, ""]
-        lines += [f"{c.current_label}: {summary_line(c)}" for c in series]
-        lines.append(rule_line(series[0]))
+        lines += [part for c in series for part in _fitted(f"{c.current_label}: {summary_line(c)}")]
+        lines += _fitted(rule_line(series[0]))
     return "\n".join(lines) + "\n"
 
 
@@ -284,7 +285,12 @@ def _kind(comparison: Comparison, benchmark_id: str) -> str | None:
 
 
 def _tabulate(rows: list[list[str]], headers: list[str], align: list[str], markdown: bool) -> str:
-    from tabulate import tabulate  # lazy: only the human formats need it
+    if not markdown:  # a terminal's: fitted to 120 columns as the result tables are
+        if all(row[1] in row[0] for row in rows):  # every name says its family (test_<family>)
+            rows, headers, align = ([row[:1] + row[2:] for row in rows],
+                                    headers[:1] + headers[2:], align[:1] + align[2:])
+        return fit.table(rows, headers, colalign=align)
+    from tabulate import tabulate  # lazy: only the markdown format needs it
 
     return tabulate(
         rows,
@@ -293,6 +299,11 @@ def _tabulate(rows: list[list[str]], headers: list[str], align: list[str], markd
         disable_numparse=True,  # cells are pre-formatted; keep "+3.0%" and "-" as written
         colalign=align,
     )
+
+
+def _fitted(line: str) -> list[str]:
+    """A line of the terminal format, wrapped to the tables' 120 columns."""
+    return fit.wrap(line)
 
 
 def _markdown_warnings(differences: list[tuple[str, Sequence[str]]]) -> list[str]:
