@@ -8,6 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conftest import WITH_REVISITS
+
 SUITE = """
 from pytest_distbench.suites.test_collectives import (  # noqa: F401
     distbench_effective_nbytes, test_all_gather, test_barrier)
@@ -26,7 +28,7 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     summary = pytester.path / "summary.md"
     summary.write_text("# earlier step\n")
     result = distbench_run(
-        "--distbench", "--world-size=2", "--tensor-size=4B,8B,1KiB", "-v",
+        "--distbench", "--world-size=2", "--tensor-size=4B,8B,1KiB", "-v", WITH_REVISITS,
         "--distbench-iterations=8", "--distbench-warmup=1",
         "--junitxml=report.xml", f"--distbench-markdown={summary}", "--distbench-plot=plots",
     )
