@@ -59,6 +59,9 @@ class Setting:
     # default, once per session (SessionSettings), never in a marker.
     scope: str = "test"
     metavar: str = "VALUE"
+    # Where --help lists it: one of settings.HELP_GROUPS; None for a family's own row, listed
+    # in a group of the family's own. `help` is one sentence: --help adds the default.
+    group: str | None = None
 
     @property
     def ini(self) -> str:
