@@ -64,7 +64,7 @@ def render_throughput(records: list[Record]) -> str:
             # The note explains a row of this table, in its own figures.
             capped = capped or (f"; '{credits}': {f['credits_requested']} requested, "
                                 f"{f['credits']} ran in flight (an iteration carries at most "
-                                f"{units.formatunits.size_cell(ITERATION_BYTES_CAP)})")
+                                f"{units.format_size(ITERATION_BYTES_CAP)})")
         rows.append([units.size_cell(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
                      ci.with_pct(units.figure_cell(f.get("msgs_per_s")), ci.rate_pct(r), r),
