@@ -226,10 +226,18 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
+    text += "".join(f"\n# {note}" for note in no_data_notes(rows))
     if any(ci.short_of_target(r) for r in rows):
         text += f"\n# {ci.SHORT_NOTE}"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
     return text
+
+
+def no_data_notes(rows: list[Record]) -> list[str]:
+    """What an algbw and busbw of `-` mean where a row's call moved no data."""
+    reasons = sorted({str(r["moves_no_data"]) for r in rows if r.get("moves_no_data")})
+    return [f"algbw/busbw - = no data moved ({reason}): a rate of nothing is no figure"
+            for reason in reasons]
 
 
 def row_labels(rows: list[Record]) -> list[str] | None:
