@@ -35,12 +35,15 @@ def device_copy_gbps(device: Any) -> float | None:
     try:
         import torch
 
-        src = torch.ones(PROBE_BYTES, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        dst.copy_(src)  # the first copy pays for lazy initialization
-        rate = copy_rate_gbps(lambda: dst.copy_(src), PROBE_BYTES, torch.cuda)
-        del src, dst
+        rate = _copy_on(torch, device)
         torch.cuda.empty_cache()  # the probe's 512 MiB are no test's memory
         return rate
     except Exception:  # noqa: BLE001 - out of memory, a busy device: no bound rather than a wrong one
         return None
+
+
+def _copy_on(torch: Any, device: Any) -> float | None:
+    src = torch.ones(PROBE_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # the first copy pays for lazy initialization
+    return copy_rate_gbps(lambda: dst.copy_(src), PROBE_BYTES, torch.cuda)
