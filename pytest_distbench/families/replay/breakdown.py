@@ -44,7 +44,8 @@ def bucket(nbytes: int) -> int:
 def aggregate(calls: Iterable[Timed]) -> list[dict[str, Any]]:
     """Rows (op, group_size, bucket): calls, bytes and seconds summed over `calls`, the rows'
     share of all their seconds, and algbw/busbw in decimal GB/s (None where no time or no
-    bytes: a barrier; or no data moved: an in-place call in a group of one). Ordered by op, group size, bucket."""
+    bytes: a barrier; or no data moved: an in-place call in a group of one). Ordered by op,
+    group size, bucket."""
     sums: dict[tuple[str, int, int], list[float]] = {}
     for c in calls:
         row = sums.setdefault((c.op, c.group_size, bucket(c.nbytes)), [0, 0, 0.0])
