@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from ...registry import completed_figures
-from ...results import sanity
+from ...results import peaks, sanity
 from ...results.document.record import Pressure, Record
 from ...results.document.schema import RecordError, check_record
 from ...results.statistics import interval, stats
-from ...settings import Settings
+from ...settings import Settings, of_session
 from .. import options
-from ..environment.physical import machine_bounds, refined_bounds
+from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..ranks.pressure import memory_problem
 from ..wire import (
     RANK_FIXTURES,
@@ -36,6 +36,7 @@ from ..wire import (
     TestOutcome,
     from_settings,
 )
+from .session import SESSION_KEY
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
 BACKEND_ARG = "distbench_backend"
@@ -210,6 +211,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             record["live_reports"] = reports
     _add_environment_section(item, records)
     broken = _mark_invalid(records)
+    _add_peaks(item.config, records)
     if keep is not None:
         keep_records(item.config, keep, records)
     if broken:
@@ -260,6 +262,18 @@ def end_early(result: RunResult, ended: set[int], world_size: int, label: str = 
     if any(result.outcomes[r].status == "xfailed" for r in ended):
         pytest.xfail(label + text)
     pytest.skip(label + text)
+
+
+def _add_peaks(config: pytest.Config, records: list[Record]) -> None:
+    """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
+    one, else measured here, else published for its GPU (worlds on one host only)."""
+    declared = of_session(config).peak_busbw or {}
+    session = config.stash.get(SESSION_KEY, None)
+    one_host = session is None or not session.external
+    for record in records:
+        if not record.get("invalid"):
+            peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
+            record["of_peak"] = peaks.of_peak(record, peak)
 
 
 def _mark_invalid(records: list[Record]) -> str:

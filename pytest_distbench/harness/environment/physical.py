@@ -39,15 +39,23 @@ _ECHO = (
 
 _best: list[MachineBounds] = []  # the best bounds measured so far in this process
 _device_copies: list[float] = []  # what the ranks of CUDA worlds measured (GB/s)
+_gpus: list[str] = []  # the GPUs' names the ranks reported, first seen first
 
 
 def note_rank_facts(infos: Iterable[dict[str, Any]]) -> None:
     """Keep the GPU copy rates the ranks of a new world measured (rank_environment's
     `device_copy_gbps`)."""
     for info in infos:
+        if info.get("gpu") and info["gpu"] not in _gpus:
+            _gpus.append(str(info["gpu"]))
         gbps = info.get("device_copy_gbps")
         if isinstance(gbps, (int, float)) and not isinstance(gbps, bool) and gbps > 0:
             _device_copies.append(float(gbps))
+
+
+def gpu_names() -> list[str]:
+    """The names of the GPUs the ranks of this session's CUDA worlds drove."""
+    return list(_gpus)
 
 
 def machine_bounds() -> MachineBounds:
