@@ -65,3 +65,17 @@ def test_without_a_gpu_it_says_so_and_measures_nothing():
                           text=True, timeout=120)
     assert done.returncode == 2
     assert "needs a CUDA GPU with NCCL" in done.stderr and done.stdout == ""
+
+
+def test_the_gpu_rerun_script_parses_and_keeps_under_its_deadline():
+    script = ROOT / "benchmarks" / "gpu_rerun.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    limits = [int(line.split()[2]) for line in text.splitlines() if line.startswith("step ")]
+    limits += [40, 40]  # the two sessions (one step line in a loop)
+    deadline = int(text.split("DEADLINE_S:-", 1)[1].split("}", 1)[0])
+    assert deadline <= 400 and len(limits) == 7  # batch, graph, 2 sessions, bench, ws2, tests
+    for words in ("--tensor-size=4B:1GiB:x4", "--distbench-cuda-graph",
+                  "--tensor-size=1KiB,1MiB,64MiB,1GiB", "bench_cuda_timing.py",
+                  "--world-size=2", '-k "(cuda or nccl or gpu) and not docs"'):
+        assert words in text, words
