@@ -41,9 +41,9 @@ class MachineBounds:
     once, moves bytes faster. `round_trip_s`: the shortest one-byte round trip between two
     processes through the kernel here: a message that waits for its acknowledgement (credits
     1) cannot go faster. `device_copy_gbps`: the fastest device-to-device copy a rank of a
-    CUDA world measured on its GPU (CUDA events around back-to-back copies), bytes copied per
-    second: a copy reads and writes each byte, so the GPU's memory moves twice that, and no
-    collective delivers bytes into it faster.
+    CUDA world measured on its GPU (in and out of its L2 cache, copies replayed in a CUDA
+    graph between events), bytes copied per second: a copy reads and writes each byte, so the
+    GPU's memory moves twice that, and no collective delivers bytes into it faster.
     """
 
     copy_gbps: float | None = None
