@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from results_data import ENVIRONMENT, benchmark_record
+from results_data import DELETE, ENVIRONMENT, benchmark_record, set_at
 
 from pytest_distbench import cli
 from pytest_distbench.results.document import make_document, read_document, write_document
@@ -129,30 +129,16 @@ def test_a_session_gates_against_an_nccl_tests_file_and_says_which_timing(pytest
                                  "in-place times (the plugin's all_reduce is in-place)*"])
 
 
-def _set(doc: dict, path: str, value) -> None:
-    *parents, last = path.split(".")
-    target = doc
-    for part in parents:
-        target = target[int(part)] if isinstance(target, list) else target[part]
-    if value is _DELETE:
-        del target[last]
-    elif isinstance(target, list):
-        target[int(last)] = value
-    else:
-        target[last] = value
-
-
-_DELETE = object()
 
 
 @pytest.mark.parametrize(("source", "change", "value", "field", "message"), [
     (ALL_REDUCE, "version", 2, "version", "nccl-tests JSON format 2: this reads format 3"),
     (ALL_REDUCE, "args.0", "sendrecv_perf", "args[0]", "'sendrecv_perf' is not one of"),
-    (ALL_REDUCE, "config.devices", _DELETE, "config.devices", "expected a list of the ranks"),
+    (ALL_REDUCE, "config.devices", DELETE, "config.devices", "expected a list of the ranks"),
     (ALL_REDUCE, "config.graph", "yes", "config.graph", "expected an integer >= 0"),
     (ALL_REDUCE, "results.3.in_place.time", -1.0, "results[3].in_place.time",
      "expected a time per call in us (> 0), got -1.0"),
-    (ALL_GATHER, "results.5.out_of_place", _DELETE, "results[5].out_of_place",
+    (ALL_GATHER, "results.5.out_of_place", DELETE, "results[5].out_of_place",
      "expected an object with time (us)"),
     (ALL_GATHER, "results.2.type", "float13", "results[2].type", "unknown type 'float13'"),
     (ALL_GATHER, "results.4.size", "64", "results[4].size", "expected bytes"),
@@ -163,7 +149,7 @@ _DELETE = object()
 def test_a_damaged_nccl_tests_file_is_one_line_naming_file_and_field(
         tmp_path, capsys, plugin_file, source, change, value, field, message):
     doc = copy.deepcopy(raw(source))
-    _set(doc, change, value)
+    set_at(doc, change, value)
     damaged = tmp_path / source.name
     damaged.write_text(json.dumps(doc))
     with pytest.raises(ResultsFileError) as caught:
