@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ... import registry
 from ...registry import completed_figures
 from ...results import peaks, sanity
 from ...results.document.record import Pressure, Record
@@ -266,12 +267,14 @@ def end_early(result: RunResult, ended: set[int], world_size: int, label: str = 
 
 def _add_peaks(config: pytest.Config, records: list[Record]) -> None:
     """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
-    one, else measured here, else published for its GPU (worlds on one host only)."""
+    one, else measured here, else published for its GPU (worlds on one host only). Only
+    records of nccl-tests style tables, whose legend names the peak (a family's own style
+    shows its own figures)."""
     declared = of_session(config).peak_busbw or {}
     session = config.stash.get(SESSION_KEY, None)
     one_host = session is None or not session.external
     for record in records:
-        if not record.get("invalid"):
+        if not record.get("invalid") and registry.table_style(record["family"]) is None:
             peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
             record["of_peak"] = peaks.of_peak(record, peak)
 
