@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 
@@ -158,7 +159,7 @@ def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone
 def _bad_field(d):
     trace.write(three_rank_trace(), d)
     edit_json(d / "rank2.json", lambda data: data["calls"][3].update(root="two"))
-    return "rank2.json: calls[3]: field 'root': expected a global rank of group 0, got 'two'"
+    return "rank2.json: calls[3]: field 'root': expected a global rank of group 0, got a string"
 
 
 def _missing_rank_file(d):
@@ -173,7 +174,24 @@ def _group_outside(d):
     return "manifest.json: field 'groups[1].ranks': rank 7 is outside the 4-rank world"
 
 
-@pytest.mark.parametrize("damage", [_bad_field, _missing_rank_file, _group_outside])
+def _fifo_rank_file(d):
+    # Hung the session in pytest_configure (issue 39).
+    trace.write(three_rank_trace(), d)
+    (d / "rank1.json").unlink()
+    os.mkfifo(d / "rank1.json")
+    return "rank1.json: is a FIFO, not a trace file"
+
+
+def _list_as_op(d):
+    # INTERNALERROR> TypeError: unhashable type: 'list' (issue 39).
+    trace.write(three_rank_trace(), d)
+    edit_json(d / "rank0.json", lambda data: data["calls"][0].update(op=["all_reduce"]))
+    return "rank0.json: calls[0]: field 'op': expected one of " + ", ".join(trace.OPS) + \
+        ", got a list"
+
+
+@pytest.mark.parametrize("damage", [_bad_field, _missing_rank_file, _group_outside,
+                                    _fifo_rank_file, _list_as_op])
 def test_a_damaged_trace_is_a_usage_error_naming_file_and_field(pytester, distbench_run,
                                                                 damage):
     problem = damage(pytester.path / "t")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -129,6 +130,182 @@ def test_an_existing_trace_is_never_overwritten(tmp_path):
         fmt.write(small_trace(), tmp_path / "t" / "manifest.json")
 
 
+# -- hostile traces (issue 39: read as data someone else wrote) ------------------------------
+
+SECRET = "TOP-SECRET-TOKEN-abc123"
+
+
+def _set_call(rank: int, key: str, value):
+    return lambda d: edit_json(d / f"rank{rank}.json",
+                               lambda r: r["calls"][0].__setitem__(key, value))
+
+
+def _set_manifest(key: str, value):
+    return lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__(key, value))
+
+
+def _fifo(d: Path) -> None:
+    (d / "rank1.json").unlink()
+    os.mkfifo(d / "rank1.json")
+
+
+def _link(target: str, name: str = "rank1.json"):
+    def make(d: Path) -> None:
+        (d / name).unlink()
+        (d / name).symlink_to(target)
+    return make
+
+
+def _outside_secret(d: Path) -> None:
+    (d.parent / "secret.json").write_text(json.dumps(
+        {"version": 1, "rank": 1, "calls": [{"op": SECRET}]}))
+    _link(str(d.parent / "secret.json"))(d)
+
+
+def _outside_manifest(d: Path) -> None:
+    (d.parent / "m.json").write_text((d / "manifest.json").read_text())
+    _link(str(d.parent / "m.json"), "manifest.json")(d)
+
+
+def _long_int(d: Path) -> None:
+    text = (d / "rank0.json").read_text()
+    (d / "rank0.json").write_text(text.replace('"step": 0', '"step": ' + "7" * 5000, 1))
+
+
+HOSTILE = {
+    # Each of these hung, took all memory, crashed with a traceback or echoed a file (issue 39).
+    "a FIFO as a rank file": (_fifo, "rank1.json: is a FIFO, not a trace file"),
+    "a rank file linked to /dev/zero": (_link("/dev/zero"), "rank1.json: a link leading out"),
+    "a rank file linked out of the directory": (_outside_secret, "rank1.json: a link leading out"),
+    "a manifest linked out of the directory": (_outside_manifest,
+                                               "manifest.json: a link leading out"),
+    "a world of 10**9 ranks": (_set_manifest("world_size", 10**9),
+                               "field 'world_size': expected a world size of 1..65536, got an "
+                               "integer"),
+    "a world of 10**30 ranks": (_set_manifest("world_size", 10**30), "field 'world_size'"),
+    "a list as the op": (_set_call(1, "op", ["all_reduce"]),
+                         "calls[0]: field 'op': expected one of all_reduce"),
+    "a list as a dtype": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+            "dtype", ["float32"])), "field 'inputs[0].dtype': expected one of"),
+    "a secret as the op": (_set_call(2, "op", SECRET), "field 'op': expected one of"),
+    "a 5,000-digit integer": (_long_int, "rank0.json: not JSON a trace holds"),
+    "a shape of [0, 2**70]": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+            "shape", [0, 2**70])), "field 'inputs[0].shape': expected a list of at most 16"),
+    "true as a root": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][2].__setitem__("root", True)),
+        "calls[2]: field 'root': expected a global rank of group 0, got true/false"),
+    "a name as the ranks' file": (
+        lambda d: edit_json(d / "manifest.json", lambda m: m["ranks"].__setitem__("1", [SECRET])),
+        "field 'ranks.1': expected a file name in the trace directory, got a list"),
+    "5,000 groups": (
+        lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__(
+            "groups", [{"id": i, "ranks": [0, 1, 2, 3]} for i in range(5000)])),
+        "field 'groups': expected a list of at most 4096 groups"),
+}
+
+
+@pytest.mark.parametrize("damage", list(HOSTILE))
+def test_a_hostile_trace_is_refused_in_one_line_never_echoing_it(tmp_path, damage):
+    edit, expected = HOSTILE[damage]
+    path = _damage(tmp_path, edit)
+    with pytest.raises(TraceError) as caught:
+        read(path)
+    message = str(caught.value)
+    assert "\n" not in message and expected in message, message
+    assert SECRET not in message and len(message) < 400
+
+
+def _json_values():
+    leaves = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from(
+        [10**30, 2**63, -1, 0, 1, 3]) | st.floats() | st.text(max_size=12) | st.just(SECRET))
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+
+
+def _places(data, path=()):
+    """Every place in a JSON value: (path of keys and indices)."""
+    yield path
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _places(v, (*path, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _places(v, (*path, i))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), value=_json_values())
+def test_any_field_of_a_trace_changed_to_anything_reads_or_is_refused_in_one_line(
+        tmp_path_factory, data, value):
+    out = tmp_path_factory.mktemp("fuzz") / "t"
+    fmt.write(small_trace(3), out)
+    name = data.draw(st.sampled_from(["manifest.json", "rank0.json", "rank1.json"]))
+    document = json.loads((out / name).read_text())
+    place = data.draw(st.sampled_from(list(_places(document))[1:]))
+    holder = document
+    for key in place[:-1]:
+        holder = holder[key]
+    holder[place[-1]] = value
+    (out / name).write_text(json.dumps(document))
+    try:
+        t = read(out)
+    except TraceError as e:
+        assert "\n" not in str(e) and SECRET not in str(e) and len(str(e)) < 500, str(e)
+    else:
+        assert t.world_size == 3 and all(c.nbytes <= 1 << 50 for c in t.calls[0])
+
+
+def _would_hang_roots(d: Path) -> None:
+    edit_json(d / "rank1.json", lambda r: r["calls"][2].__setitem__("root", 0))
+
+
+def _would_hang_dtype(d: Path) -> None:
+    edit_json(d / "rank2.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+        "dtype", "int32"))
+
+
+def _cross_group_order(d: Path) -> None:
+    # Two groups of the same two ranks, each waited at once: rank 0 issues group 1's call
+    # first, rank 3 group 2's: each waits for the other forever.
+    edit_json(d / "manifest.json", lambda m: m["groups"].append({"id": 2, "ranks": [0, 3]}))
+    f = {"dtype": "float32", "shape": [8]}
+
+    def calls(first: int, second: int):
+        return [{"op": "all_reduce", "group": g, "inputs": [f], "reduce_op": "sum",
+                 "wait_before": i + 1} for i, g in enumerate((first, second))]
+    edit_json(d / "rank0.json", lambda r: r.__setitem__("calls", calls(1, 2)))
+    edit_json(d / "rank3.json", lambda r: r.__setitem__("calls", calls(2, 1)))
+    for rank in (1, 2):
+        edit_json(d / f"rank{rank}.json", lambda r: r.__setitem__("calls", []))
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (_would_hang_roots, "and rank 1 differ at their collective 2 in that group (broadcast and "
+                        "broadcast: op, bytes, dtype, reduce op or root; a replay would hang)"),
+    (_would_hang_dtype, "and rank 2 differ at their collective 0"),
+    (_cross_group_order, "a replay would hang: rank 0 waits for its call 0 (all_reduce, "
+                         "collective 0 of group 1 [0, 3]), which rank 3 does not reach: it "
+                         "waits first for its call 0 (all_reduce)"),
+])
+def test_a_trace_whose_replay_would_hang_is_refused(tmp_path, damage, expected):
+    path = _damage(tmp_path, damage)
+    with pytest.raises(TraceError) as caught:
+        read(path)
+    assert expected in str(caught.value)
+
+
+def test_the_same_groups_in_opposite_orders_pass_when_both_are_waited_late(tmp_path):
+    def both_async(d: Path) -> None:
+        _cross_group_order(d)
+        for rank in (0, 3):
+            edit_json(d / f"rank{rank}.json",
+                      lambda r: [c.pop("wait_before") for c in r["calls"]])
+    read(_damage(tmp_path, both_async))
+
+
 # -- PARAM's basic traces -------------------------------------------------------------------
 
 def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
@@ -151,6 +328,14 @@ def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
     (lambda e: e[0].__setitem__("global_ranks", [0, 5]), "rank 5 is outside the 2-rank world"),
     (lambda e: e[0].pop("comms"), "[0]: field 'comms' is missing"),
     (lambda e: e[4].__setitem__("dst_rank", 0), "field 'dst_rank'"),
+    # Each crashed pytest with a traceback (issue 39).
+    (lambda e: e[0].__setitem__("req", [1]), "[0]: field 'req': expected a request id"),
+    (lambda e: e[7].__setitem__("in_split", [[1], 2]), "[7]: field 'in_split': expected a list"),
+    (lambda e: e.__setitem__(1, {"comms": "broadcast", "in_msg_size": 4, "out_msg_size": 4,
+                                 "dtype": "Float", "root": True}),
+     "[1]: field 'root': expected a rank of its group, got true/false"),
+    (lambda e: e[0].__setitem__("comms", ["all_reduce"]), "[0]: field 'comms': expected an op"),
+    (lambda e: e[0].__setitem__("in_msg_size", 2**70), "[0]: field 'in_msg_size'"),
 ])
 def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
     out = param_trace(tmp_path)
@@ -160,6 +345,18 @@ def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
     with pytest.raises(TraceError) as caught:
         read(out)
     assert "0.json" in str(caught.value) and expected in str(caught.value)
+
+
+def test_a_param_trace_of_a_rank_past_any_world_or_a_fifo_is_refused_unread(tmp_path):
+    out = param_trace(tmp_path)
+    (out / "999999999.json").write_text("[]")
+    with pytest.raises(TraceError, match="a PARAM trace file for a rank above 65535"):
+        read(out)
+    (out / "999999999.json").unlink()
+    (out / "1.json").unlink()
+    os.mkfifo(out / "1.json")
+    with pytest.raises(TraceError, match="1.json: is a FIFO, not a trace file"):
+        read(out)
 
 
 def test_a_param_trace_missing_a_rank_says_which(tmp_path):
