@@ -321,6 +321,23 @@ def test_the_table_fits_and_says_what_a_bucket_is():
     assert re.search(r"all_reduce +2 +4 B-16 B +1 +4 B +2000 +0\.4 +<0\.001 +<0\.001", text), text
 
 
+def test_names_from_a_trace_reach_the_table_without_escape_sequences():
+    # A trace named to clear the screen, set the title and break the row (issue 39).
+    hostile = "\x1b]0;owned\x07\x1b[2Jname\nnext row\r"
+    record = {"id": "x", "nbytes": 4, "wrong": 0, "samples": [0.5] * 10,
+              "summary": {"p50": 0.5}, "precision": {"met": True},
+              "figures": {"trace": hostile, "trace_ranks": 2, "steps": 1, "calls": 1,
+                          "breakdown": aggregate([Timed("all_reduce", 2, 4, 2e-3)]),
+                          "skipped": [f"rank 0 [3]: {hostile}"], "source": hostile,
+                          "captured_backend": "gloo\x1b[31m", "unchecked": []}}
+    text = render_replay([record])
+    assert not any(c in text for c in "\x1b\x07\r"), repr(text)
+    assert "?]0;owned??[2Jname?next row?" in text
+    assert len(text.splitlines()) == len(render_replay([dict(record, figures=dict(
+        record["figures"], trace="t", skipped=["s"], source="s",
+        captured_backend="gloo"))]).splitlines())
+
+
 def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbench_run):
     """The issue's whole path in CI: three stored runs of a trace, then the same step with
     256 times the bytes (as a change that made it slower would) fails its own test, or,

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from ... import units
 from ...harness.ranks.pressure import memory_available
-from ...results.rendering.report import printable
+from ...results.rendering.fit import printable
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
 from .options import SUITES
