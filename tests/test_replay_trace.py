@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -460,9 +461,8 @@ def _capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_capture_command_records_a_torchrun_launch_at_three_ranks(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    done = _capture(tmp_path, "--out", "trace", "--steps", "1,2", "--", torchrun,
-                    "--nproc-per-node=3", f"--master-port={free_port()}", "train.py")
+    done = _capture(tmp_path, "--out", "trace", "--steps", "1,2", "--",
+                    *_torchrun(3, "train.py"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote trace: 3 ranks, steps [1, 2]" in done.stdout
     t = read(tmp_path / "trace")
@@ -488,6 +488,157 @@ def test_the_capture_command_says_what_is_wrong_in_one_line(tmp_path, args, expe
     assert done.returncode != 0 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "t").exists()  # no partial trace left behind
+
+
+CRASHING = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for step in range(3):
+        if rank == 1 and step == int(sys.argv[1]):
+            raise RuntimeError(f"rank 1 fails in step {step}")
+        dist.all_reduce(w.data)
+        dist.barrier()
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+def _torchrun(ranks: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+            f"--master-port={free_port()}", *args]
+
+
+def test_a_rank_raising_mid_step_ends_the_capture_in_one_line_leaving_nothing(tmp_path):
+    # The crashed rank's exit used to write its trace with collectives the other rank never
+    # joined: the capture hung (killed at 200 s; the launch alone ends at once).
+    (tmp_path / "crash.py").write_text(CRASHING)
+    done = _capture(tmp_path, "--out", "t", "--steps", "1,2", "--",
+                    *_torchrun(2, "crash.py", "1"))
+    assert done.returncode != 0
+    [line] = [x for x in done.stderr.splitlines() if x.startswith("pytest-distbench")]
+    assert line.startswith("pytest-distbench: error: capture: no trace written in t (the launch "
+                           "exited 1; rank 1: raised; wrote nothing"), done.stderr[-2000:]
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_capture_of_no_call_writes_nothing_and_says_why(tmp_path):
+    (tmp_path / "crash.py").write_text(CRASHING)
+    done = _capture(tmp_path, "--out", "t", "--steps", "50", "--",
+                    *_torchrun(3, "crash.py", "-1"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "pytest-distbench: error: capture: no trace written in t (no call recorded in steps "
+        "[50] (the program ended 3 step(s)); nothing written to " + str(tmp_path / "t") + ")")
+    assert not (tmp_path / "t").exists()
+
+
+SPAWNED_CRASH = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+    import pytest_distbench
+
+    def main(rank, out, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=2)
+        try:
+            with pytest_distbench.capture(out):
+                dist.all_reduce(torch.ones(2))
+                if rank == 1:
+                    raise RuntimeError("rank 1 fails")
+                dist.all_reduce(torch.ones(2))
+        except Exception as e:
+            print(f"rank {rank}: {type(e).__name__}", flush=True)
+
+    if __name__ == "__main__":
+        mp.spawn(main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2)
+""")
+
+
+def test_a_capture_block_raising_in_one_rank_ends_without_a_trace(tmp_path):
+    (tmp_path / "p.py").write_text(SPAWNED_CRASH)
+    done = subprocess.run([sys.executable, "p.py", "t", str(free_port())], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "rank 1: RuntimeError" in done.stdout, done.stderr[-2000:]
+    assert "rank 0: " in done.stdout  # rank 0's next collective failed: rank 1 had gone
+    assert not (tmp_path / "t").exists()  # rank 0 made it, and removed it when it failed
+
+
+SLOW = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(2):
+        dist.all_reduce(w.data)
+        opt.step()
+    time.sleep(3)
+    dist.destroy_process_group()
+""")
+
+
+def test_a_second_capture_into_a_claimed_directory_is_refused_and_lands_nothing(tmp_path):
+    # Both "succeeded", both printing the first's trace, the second's rank2.json left in it.
+    (tmp_path / "slow.py").write_text(SLOW)
+    cli = Path(sys.executable).with_name("pytest-distbench")
+    first = subprocess.Popen([str(cli), "capture", "--out", "same", "--",
+                              *_torchrun(2, "slow.py")], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "same" / ".capture-claim").exists():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = _capture(tmp_path, "--out", "same", "--", *_torchrun(3, "slow.py"))
+        assert second.returncode == 2 and second.stderr.strip() == (
+            "pytest-distbench: error: capture: same: another capture is writing there; give "
+            "another directory")
+        out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, err[-2000:]
+    assert "wrote same: 2 ranks" in out
+    assert sorted(p.name for p in (tmp_path / "same").iterdir()) == [
+        "manifest.json", "rank0.json", "rank1.json"]
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("file/t", "cannot write in file/t: Not a directory"),
+    ("file", "file: not a directory; a trace is a directory of JSON files"),
+    ("leftovers", "leftovers: holds rank0.json (an earlier capture's?); give an empty or new "
+                  "directory"),
+])
+def test_an_output_directory_that_cannot_take_a_capture_is_one_line(tmp_path, where,
+                                                                     expected):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "leftovers").mkdir()
+    (tmp_path / "leftovers" / "rank0.json").write_text("{}")
+    done = _capture(tmp_path, "--out", where, "--", sys.executable, "-c", "print('ran')")
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"pytest-distbench: error: capture: {expected}"
+    assert "ran" not in done.stdout
+    assert sorted(p.name for p in (tmp_path / "leftovers").iterdir()) == ["rank0.json"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through a directory's mode")
+def test_a_read_only_output_directory_is_one_line(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    done = _capture(tmp_path, "--out", "ro/t", "--", sys.executable, "-c", "pass")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("pytest-distbench: error: capture: cannot write in ro/t: "
+                                   "Permission denied")
+
+
+def test_a_launch_whose_python_skips_the_hook_says_so(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    done = _capture(tmp_path, "--out", "t", "--", sys.executable, "-I", "-c", "pass")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "pytest-distbench: error: capture: no trace written in t (no rank loaded the capture hook: "
+        "python -I, -E or -S in the launch skips PYTHONPATH or site, where the hook is; leave "
+        "them out)")
 
 
 @pytest.mark.extended
