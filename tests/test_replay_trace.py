@@ -106,7 +106,8 @@ DAMAGES = {
     "a rank file pointing outside the trace": (
         lambda d: edit_json(d / "manifest.json",
                              lambda m: m["ranks"].__setitem__("1", "../../etc/passwd")),
-        "manifest.json", "ranks.1", "a file name in the trace directory"),
+        "manifest.json", "ranks.1", "expected 'rank1.json', the rank's file name in the trace "
+        "directory, got a string"),
 }
 
 
@@ -199,7 +200,8 @@ HOSTILE = {
         "calls[2]: field 'root': expected a global rank of group 0, got true/false"),
     "a name as the ranks' file": (
         lambda d: edit_json(d / "manifest.json", lambda m: m["ranks"].__setitem__("1", [SECRET])),
-        "field 'ranks.1': expected a file name in the trace directory, got a list"),
+        "field 'ranks.1': expected 'rank1.json', the rank's file name in the trace directory, "
+        "got a list"),
     "5,000 groups": (
         lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__(
             "groups", [{"id": i, "ranks": [0, 1, 2, 3]} for i in range(5000)])),

@@ -100,34 +100,55 @@ class Fields:
     def fail(self, key: str, why: str) -> TraceError:
         return TraceError(f"{self.where}: field '{self.prefix}{key}': {why}")
 
-    def value(self, key: str, ok: Callable[[Any], bool], what: str,
+    # Each getter checks inline and builds its message only on failure: a rank file holds
+    # millions of calls, each read through here.
+
+    def _absent(self, key: str, what: str | Callable[[], str], default: Any) -> Any:
+        if default is _MISSING:
+            raise TraceError(f"{self.where}: field '{self.prefix}{key}' is missing "
+                             f"(expected {what() if callable(what) else what})")
+        return default
+
+    def _bad(self, key: str, value: Any, what: str | Callable[[], str]) -> TraceError:
+        return self.fail(key, f"expected {what() if callable(what) else what}, "
+                              f"got {type_name(value)}")
+
+    def value(self, key: str, ok: Callable[[Any], bool], what: str | Callable[[], str],
               default: Any = _MISSING) -> Any:
         """The field checked by `ok` (which sees only values of the right type), else
         `default` where the field is absent or null (no default: it is required)."""
         value = self.data.get(key)
         if value is None:
-            if default is _MISSING:
-                raise TraceError(f"{self.where}: field '{self.prefix}{key}' is missing "
-                                 f"(expected {what})")
-            return default
+            return self._absent(key, what, default)
         if not ok(value):
-            raise self.fail(key, f"expected {what}, got {type_name(value)}")
+            raise self._bad(key, value, what)
         return value
 
     def integer(self, key: str, low: int = 0, high: int = MAX_INDEX, what: str = "",
                 default: Any = _MISSING) -> Any:
-        return self.value(key, lambda v: index(v, high) and v >= low,
-                          what or f"an integer {low}..{high}", default)
+        value = self.data.get(key)
+        if value is None:
+            return self._absent(key, what or (lambda: f"an integer {low}..{high}"), default)
+        if type(value) is not int or not low <= value <= high:
+            raise self._bad(key, value, what or (lambda: f"an integer {low}..{high}"))
+        return value
 
     def string(self, key: str, choices: Collection[str] | None = None, what: str = "",
                default: Any = _MISSING) -> Any:
-        return self.value(key, lambda v: isinstance(v, str) and (choices is None or v in choices),
-                          what or ("one of " + ", ".join(choices) if choices else "a string"),
-                          default)
+        value = self.data.get(key)
+        if value is None:
+            return self._absent(key, what or (lambda: _choice(choices)), default)
+        if type(value) is not str or (choices is not None and value not in choices):
+            raise self._bad(key, value, what or (lambda: _choice(choices)))
+        return value
 
     def seconds(self, key: str) -> float | None:
-        return self.value(key, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                          and math.isfinite(v) and abs(v) < 1e12, "seconds or null", None)
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if type(value) not in (int, float) or not (math.isfinite(value) and abs(value) < 1e12):
+            raise self._bad(key, value, "seconds or null")
+        return value
 
     def strings(self, key: str, default: Any = _MISSING) -> list[str]:
         return self.value(key, lambda v: isinstance(v, list) and all(
@@ -139,9 +160,21 @@ class Fields:
 
     def shape(self, key: str, item_bytes: int) -> tuple[int, ...]:
         """A tensor's shape: at most MAX_DIMS sizes, its bytes at most MAX_BUFFER_BYTES."""
-        def ok(v: Any) -> bool:
-            return (isinstance(v, list) and len(v) <= MAX_DIMS
-                    and all(index(d, MAX_BUFFER_BYTES) for d in v)
-                    and math.prod(v) * item_bytes <= MAX_BUFFER_BYTES)
-        return tuple(self.value(key, ok, f"a list of at most {MAX_DIMS} sizes, of at most "
-                                "1 PiB in all"))
+        value = self.data.get(key)
+        what = f"a list of at most {MAX_DIMS} sizes, of at most 1 PiB in all"
+        if value is None:
+            return self._absent(key, what, _MISSING)
+        if type(value) is not list or len(value) > MAX_DIMS:
+            raise self._bad(key, value, what)
+        total = item_bytes
+        for d in value:
+            if type(d) is not int or not 0 <= d <= MAX_BUFFER_BYTES:
+                raise self._bad(key, value, what)
+            total *= d
+        if total > MAX_BUFFER_BYTES:
+            raise self._bad(key, value, what)
+        return tuple(value)
+
+
+def _choice(choices: Collection[str] | None) -> str:
+    return "one of " + ", ".join(choices) if choices else "a string"

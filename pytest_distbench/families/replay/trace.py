@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,16 +237,16 @@ def load(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
         wanted = keep is None or r in keep
         if not (wanted or check):
             continue
-        relative = files[str(r)]
-        if not (isinstance(relative, str) and relative not in ("", ".", "..")
-                and Path(relative).name == relative):
-            raise m.fail(f"ranks.{r}", "expected a file name in the trace directory, got "
-                         + ("a path" if isinstance(relative, str) else type_name(relative)))
-        calls = _rank_calls(root / relative, root, r, world, groups)
-        if check:
-            schedules[r] = schedule_of(calls)
+        # Only the name this format gives: a file name from the manifest is never echoed.
+        if files[str(r)] != rank_file(r):
+            raise m.fail(f"ranks.{r}", f"expected {rank_file(r)!r}, the rank's file name in "
+                         f"the trace directory, got {type_name(files[str(r)])}")
+        calls = _rank_calls(root / rank_file(r), root, r, world, groups)
         if wanted:
+            calls = list(calls)
             trace.calls[r] = calls
+        if check:  # a rank not kept: each call dropped once its schedule entry is made
+            schedules[r] = schedule_of(calls)
     if check:
         schedule.check(schedules, groups, where)
     return trace
@@ -258,35 +258,40 @@ def check_matching(trace: Trace, where: str) -> None:
                    where)
 
 
-def schedule_of(calls: list[Call]) -> schedule.Schedule:
+def schedule_of(calls: Iterable[Call]) -> schedule.Schedule:
     """A rank's calls as the hang check plays them out: what each call's counterpart in
     another rank must share (collectives: op, bytes, dtypes, reduce op and root; a send and
     its receive: bytes and dtypes)."""
     s = schedule.Schedule()
+    waits = []
     for c in calls:
         dtypes = tuple(sorted({b.dtype for b in (*c.inputs, *c.outputs)}))
         if c.op in POINT_TO_POINT:
             s.add(c.op, c.group, c.peer, (c.nbytes, dtypes))
         else:
             s.add(c.op, c.group, None, (c.op, c.nbytes, dtypes, c.reduce_op, c.root))
-    s.close([c.wait_before for c in calls])
+        waits.append(c.wait_before)
+    s.close(waits)
     return s
 
 
 def _rank_calls(path: Path, root: Path, rank: int, world: int,
-                groups: dict[int, tuple[int, ...]]) -> list[Call]:
+                groups: dict[int, tuple[int, ...]]) -> Iterator[Call]:
+    """The rank file's calls, each checked as it is made."""
     where = str(path)
     data = Fields(read_json(path, root), where)
     data.integer("version", VERSION, VERSION, str(VERSION))
     data.integer("rank", rank, rank, f"{rank} (the manifest's)")
     raw = data.value("calls", lambda v: isinstance(v, list), "a list")
-    calls = [_call(Fields(item, f"{where}: calls[{i}]"), rank, world, groups)
-             for i, item in enumerate(raw)]
-    for i, c in enumerate(calls):
-        if c.wait_before is not None and not i < c.wait_before <= len(calls):
+    n = len(raw)
+    del data  # the parsed file goes as its calls do
+    for i in range(n):
+        c = _call(Fields(raw[i], f"{where}: calls[{i}]"), rank, world, groups)
+        raw[i] = None
+        if c.wait_before is not None and not i < c.wait_before <= n:
             raise TraceError(f"{where}: calls[{i}]: field 'wait_before': {c.wait_before} is "
-                             f"not after the call (expected {i + 1}..{len(calls)} or null)")
-    return calls
+                             f"not after the call (expected {i + 1}..{n} or null)")
+        yield c
 
 
 def _call(item: Fields, rank: int, world: int, groups: dict[int, tuple[int, ...]]) -> Call:
