@@ -27,7 +27,8 @@ from pytest_distbench.results.document.io import (
     output_path_problem,
     read_document,
 )
-from pytest_distbench.results.rendering.report import FORMATS, printable, render
+from pytest_distbench.results.rendering.fit import printable
+from pytest_distbench.results.rendering.report import FORMATS, render
 from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
