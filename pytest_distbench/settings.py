@@ -22,6 +22,7 @@ from . import registry, units
 from .harness import options as harness_options
 from .harness.options import parse_bool
 from .registry import Setting
+from .results import peaks
 from .units import MAX_DURATION_S, parse_bounded_duration, parse_count
 
 __all__ = ["MAX_DURATION_S", "Setting", "parse_bounded_duration", "parse_count"]
@@ -200,6 +201,10 @@ _TRAILING = (
     _switch("gpu_memory", "--distbench-gpu-memory",
             "show each rank's peak GPU memory (allocated and reserved) beside its peak RSS in "
             "the tables (every CUDA record stores them)", group="gpu"),
+    _session("peak_busbw", "--distbench-peak-busbw", None, peaks.parse_declared,
+             "the bus bandwidth each backend's busbw is shown as a share of (% of peak), e.g. "
+             "nccl:370,gloo:8 or 370 for every backend in decimal GB/s, else measured or "
+             "published (docs/user-guide.md)", metavar="BACKEND:GB/s", group="gpu"),
 )
 
 # --help's groups, what a user reaches for first leading; a family's own rows (group None)
