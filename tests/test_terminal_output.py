@@ -60,7 +60,7 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     document = json.loads((pytester.path / out).read_text())
     assert all(b["distbench"].get("live_reports") for b in document["benchmarks"]
                if b["distbench"]["family"] == "message_rate")  # reported, not printed
-    # The digest ends the output: a line per family at its largest point, where the full
+    # The digest ends the output: a line per family at its headline point, where the full
     # tables are, the machine's noise.
     start = lines.index(next(ln for ln in lines if "distbench digest" in ln))
     digest = [line for line in lines[start + 1:-1] if line]
@@ -68,9 +68,10 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     assert [line.split()[0] for line in heads[:4]] == [
         "agent_observer", "message_rate", "rpc_transports", "store_init"]
     # Rows sharing the largest point are told apart (path, credits; transport).
-    assert re.match(r"message_rate +ws3 +4 B +credits=1 path=client_to_computation: [\d,.]+ "
+    assert re.match(r"message_rate +ws3 +4 B +credits=1,path=client_to_computation: [\d,.]+ "
                     r"msgs/s", heads[1]), digest
-    assert re.match(r"rpc_transports +ws2 +1 KiB +transport=[a-z-]+: round trip ",
+    # A latency at its smallest size, a rate at its largest.
+    assert re.match(r"rpc_transports +ws2 +4 B +transport=[a-z-]+: round trip ",
                     heads[2]), digest
     assert f"every sample in {out}" in " ".join(line.strip() for line in digest)
     assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)

@@ -68,8 +68,8 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
     it can: column by column, the one that gives the most, its header wraps at word
     boundaries (as nccl-tests prints two header lines); then cells wrap too: a text column's
     (not aligned right) at word boundaries, a number column's only before a parenthesis
-    (`1,583` over `(no CI: n too small)`); last, a text cell without spaces (a test id) after
-    its `[`, `-`, `,` or `/`. A number never wraps and no word is cut: a table that cannot fit
+    (`1,583` over `(no CI: n too small)`); last, a test id (`name[params]`) after its `[`,
+    `-`, `,` or `/`. A number never wraps and no word is cut: a table that cannot fit
     stays wider."""
     columns = [[str(row[i]) if i < len(row) else "" for row in rows] for i in range(len(headers))]
     heads = [str(h) for h in headers]
@@ -141,6 +141,8 @@ def _wrapped(text: str, width: int, breaks: re.Pattern[str] = _WORD) -> str | No
     if widest(text) <= width:
         return text
     if breaks is _ID:  # breaks that keep their separator join without a space
+        if "[" not in text:  # only a test id's words (`name[params]`) are cut
+            return None
         glue, pieces = "", [p for line in text.splitlines() for p in _pieces(line)]
     else:
         glue = " "
