@@ -197,7 +197,7 @@ HOSTILE = {
             "shape", [0, 2**70])), "field 'inputs[0].shape': expected a list of at most 16"),
     "true as a root": (
         lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][2].__setitem__("root", True)),
-        "calls[2]: field 'root': expected a global rank of group 0, got true/false"),
+        "calls[2]: field 'root': expected a global rank of group 0, got a boolean"),
     "a name as the ranks' file": (
         lambda d: edit_json(d / "manifest.json", lambda m: m["ranks"].__setitem__("1", [SECRET])),
         "field 'ranks.1': expected 'rank1.json', the rank's file name in the trace directory, "
@@ -336,7 +336,7 @@ def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
     (lambda e: e[7].__setitem__("in_split", [[1], 2]), "[7]: field 'in_split': expected a list"),
     (lambda e: e.__setitem__(1, {"comms": "broadcast", "in_msg_size": 4, "out_msg_size": 4,
                                  "dtype": "Float", "root": True}),
-     "[1]: field 'root': expected a rank of its group, got true/false"),
+     "[1]: field 'root': expected a rank of its group, got a boolean"),
     (lambda e: e[0].__setitem__("comms", ["all_reduce"]), "[0]: field 'comms': expected an op"),
     (lambda e: e[0].__setitem__("in_msg_size", 2**70), "[0]: field 'in_msg_size'"),
 ])
