@@ -277,6 +277,8 @@ def test_the_breakdown_keeps_every_call_byte_and_second(calls):
     for r in rows:
         key = (r["op"], r["group_size"], r["bucket"])
         assert r["calls"] == sum((c.op, c.group_size, bucket(c.nbytes)) == key for c in calls)
+        if r["group_size"] == 1 and r["op"] in ("all_reduce", "broadcast", "reduce"):
+            assert r["algbw_gbps"] is None  # in place in a group of one: no data moved
         if r["algbw_gbps"] is not None:
             assert math.isclose(r["algbw_gbps"], r["bytes"] / r["seconds"] / 1e9)
             assert math.isclose(r["busbw_gbps"], r["algbw_gbps"] * trace.bus_factor(

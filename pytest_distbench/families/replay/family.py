@@ -23,7 +23,8 @@ NOTE = ("# one iteration = one replay of every captured step's calls; bytes/rank
         "trace's ranks per replay: a call's time runs from its issue to the end of its wait "
         "(replays after the first, every iteration of the run); time % = share of the summed "
         "call times; algbw = bytes / time, busbw = algbw x the nccl-tests factor of the op "
-        "and group size; GB/s = 1e9 B/s, sizes in binary units")
+        "and group size (- where no data moves: an in-place all_reduce, broadcast or reduce in a "
+        "group of one rank); GB/s = 1e9 B/s, sizes in binary units")
 
 
 def size_bucket(low: int) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...units import format_size
+from . import nccl_tests
 from .schema import SchemaError, is_number, validate_document
 
 # The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
@@ -266,7 +267,8 @@ def _dumps(value: Any, indent: int = 0) -> str:
 
 
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a results file; any problem is a ResultsFileError naming file and field."""
+    """Read and validate a results file, or nccl-tests' JSON as one (nccl_tests.py); any
+    problem is a ResultsFileError naming file and field."""
     raw = _read_bounded(path)
 
     try:
@@ -291,6 +293,11 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as exc:  # e.g. integers with more digits than Python agrees to parse
         raise ResultsFileError(path, f"not valid JSON for a results file: {exc}") from None
 
+    if nccl_tests.is_nccl_tests(doc):  # nccl-tests' own -J output: its figures as records
+        try:
+            return nccl_tests.as_document(doc, path)
+        except nccl_tests.NcclTestsError as exc:
+            raise ResultsFileError(path, f"nccl-tests JSON: {exc.message}", exc.field) from None
     try:
         validate_document(doc)
     except SchemaError as exc:
