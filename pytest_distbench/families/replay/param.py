@@ -136,7 +136,7 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
             requests[req] = len(calls)
         calls.append(call)
     # A call with a wait entry is waited where that entry stood; one without as
-    # trace.implied_wait says.
+    # schedule.implied_wait says.
     ops = [c.op for c in calls]
     done = []
     for i, call in enumerate(calls):
@@ -144,7 +144,7 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
             wait = max(waits[i], i + 1)
             wait = wait if wait < len(calls) else None
         else:
-            wait = fmt.implied_wait(ops, i, len(calls))
+            wait = schedule.implied_wait(ops, i, len(calls))
         done.append(replace(call, wait_before=wait))
     return done
 
