@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,8 @@ class Session:
         self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
         # Written outputs that failed: the session fails (outputs.py).
         self.output_errors: list[str] = []
+        # The output files written (the digest points only at those).
+        self.written: set[Path] = set()
 
     def run_item(self, item: pytest.Function, settings: Settings, key: Any,
                  fresh_world_after: bool = False, keep: bool = True) -> list[dict[str, Any]]:
