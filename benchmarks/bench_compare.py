@@ -51,8 +51,11 @@ def timed_compare(a: Path, b: Path, code: str | None) -> tuple[float, float]:
         env["PYTHONPATH"] = code
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
+    # Run from the files' directory: `-m` puts the working directory first on sys.path, where a
+    # checkout's own pytest_distbench would win over --before's.
     subprocess.run([sys.executable, "-m", "pytest_distbench.cli", "compare", str(a), str(b)],
-                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                   cwd=a.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
