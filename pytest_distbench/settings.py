@@ -12,11 +12,14 @@ PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a p
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import make_dataclass
 from typing import Any
 
 import pytest
+from _pytest.config import default_plugins
+from _pytest.config.argparsing import Parser
 
 from . import registry, units
 from .harness import options as harness_options
@@ -220,12 +223,29 @@ HELP_GROUPS = {
 }
 
 
+def _pytests_own_options() -> frozenset[str]:
+    """The option strings pytest's built-in plugins add (`--maxfail`, `-x`, ...): each built-in
+    plugin's pytest_addoption run on a parser of its own, a few ms (its modules are imported
+    already). Empty where pytest's private parser changed: argparse then names the clash."""
+    try:
+        parser = Parser(_ispytest=True)
+        for name in default_plugins:
+            add = getattr(importlib.import_module(f"_pytest.{name}"), "pytest_addoption", None)
+            if add is not None:
+                add(parser)
+        return frozenset(name for group in (parser._anonymous, *parser._groups)
+                         for option in group.options for name in option.names())
+    except Exception:  # noqa: BLE001 - pytest's private API moved: no reservation, no crash
+        return frozenset()
+
+
 def all_settings() -> tuple[Setting, ...]:
     """Every row, in --help's order: by group (HELP_GROUPS, then each family's own), and in a
     group the leading session rows, the core settings of a test, the harness's own (duration,
     pressure, CUDA timing), each family's, then the other session rows."""
     own = _LEADING + CORE_SETTINGS + harness_options.SETTINGS + _TRAILING
-    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None})
+    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None},
+                              _pytests_own_options())
     rows = (_LEADING + CORE_SETTINGS + harness_options.SETTINGS + registry.family_settings()
             + _TRAILING)
     order = list(HELP_GROUPS)

@@ -10,6 +10,7 @@ import random
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,35 @@ def test_three_files_side_by_side(files, capsys):
 def test_needs_two_files(files, capsys):
     assert cli.main(["compare", str(files["base"])]) == 2
     assert "at least two files" in capsys.readouterr().err
+
+
+def test_a_long_compare_says_what_it_is_doing_and_the_sizes(files, capsys, monkeypatch):
+    """Files of 10^5 benchmarks take minutes: past PROGRESS_AFTER_S the command says which
+    file it reads and how large it is, how far the comparison is, then that it writes."""
+    from pytest_distbench.units import format_size
+
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    for name in ("read_document", "render"):  # as slow as a large file makes them
+        slow = getattr(cli, name)
+        monkeypatch.setattr(cli, name, lambda *a, slow=slow, **k: (time.sleep(0.8),
+                                                                   slow(*a, **k))[1])
+    assert cli.main(["compare", str(files["base"]), str(files["cur"])]) == 0
+    captured = capsys.readouterr()
+    assert "regression" in captured.out or "unchanged" in captured.out
+    err = captured.err.splitlines()
+    for path in (files["base"], files["cur"]):
+        size = format_size(path.stat().st_size)
+        assert any(f"pytest-distbench: reading and checking {path} ({size})" in line
+                   for line in err), err
+    assert any("pytest-distbench: writing the table" in line for line in err), err
+    assert all(len(line) <= 120 for line in err)
+
+
+def test_the_comparison_says_how_far_it_is(files):
+    from pytest_distbench.results.comparison.verdict import compare_documents
+    from pytest_distbench.results.document import read_document
+
+    told = []
+    compare_documents(read_document(files["base"]), read_document(files["cur"]),
+                      threshold=0.1, progress=lambda done, total: told.append((done, total)))
+    assert told == [(0, 3), (1, 3), (2, 3)]
