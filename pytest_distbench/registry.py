@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 FAMILIES_PACKAGE = "pytest_distbench.families"
 REGISTRATION_MODULE = "family"
 ENTRY_POINT_GROUP = "pytest_distbench.families"
-# What a family keys by record family: two families must not claim one record family in any.
-RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details", "latencies")
+# What a family keys by record family (mappings), and what it lists by record family: two
+# families must not claim one record family in any.
+RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
+RECORD_FAMILY_LISTS = ("latencies",)
 
 Record = dict[str, Any]
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
@@ -177,7 +179,7 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
     for other in known:
         if family.name == other.name:
             raise ExternalFamilyError(f"family {family.name!r} is already registered")
-        for kind in RECORD_FAMILY_KINDS:
+        for kind in RECORD_FAMILY_KINDS + RECORD_FAMILY_LISTS:
             taken = set(getattr(family, kind)) & set(getattr(other, kind))
             if taken:
                 raise ExternalFamilyError(f"record family {min(taken)!r} already has {kind} "
@@ -201,6 +203,10 @@ def _check_shape(family: Family) -> None:
         if not isinstance(getattr(family, kind), Mapping):
             raise ExternalFamilyError(f"its {kind} are {type(getattr(family, kind)).__name__}, "
                                       "not a mapping")
+    for kind in RECORD_FAMILY_LISTS:
+        names = getattr(family, kind)
+        if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+            raise ExternalFamilyError(f"its {kind} are not a tuple of record family names")
 
 
 def _by_record_family(kind: str) -> dict[str, Any]:
