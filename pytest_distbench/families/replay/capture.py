@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import trace as fmt
+from .timeline import with_waits
 
 _REDUCE_OPS = {0: "sum", 1: "avg", 2: "product", 3: "min", 4: "max", 5: "band", 6: "bor",
                7: "bxor", 8: "premul_sum"}
@@ -62,8 +63,8 @@ class _Mode(TorchDispatchMode):
             return func(*args, **kwargs)
         issued = time.perf_counter()
         out = func(*args, **kwargs)
-        self._recorder._record(func.__name__.split(".")[0],
-                               args, out, issued)
+        self._recorder._record(func.__name__.split(".")[0], args, out, issued,
+                               time.perf_counter())
         return out
 
 
@@ -84,6 +85,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         self._mode: _Mode | None = None
         self._hook: Any = None
         self._start = 0.0
+        self._step_began = 0.0  # when the current step began, from the capture's start
+        self._spans: dict[int, tuple[float, float]] = {}  # wanted step -> (start_s, end_s)
         self._finished = False
 
     # -- the context manager ----------------------------------------------------------------
@@ -106,6 +109,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
 
     def step(self) -> None:
         """The current step ended; once the last wanted step has, the trace is written."""
+        self._end_step()
         self.step_index += 1
         if self.steps is not None and self.step_index > self.steps[-1]:
             self.finish()
@@ -115,6 +119,10 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         if self._finished:
             return
         self._finished = True
+        with self._lock:
+            partial = any(p.call["step"] == self.step_index for p in self._pending)
+        if partial:  # ended before its optimizer.step(): its span ends here
+            self._end_step()
         if self._hook is not None:
             self._hook.remove()
         if self._mode is not None:
@@ -126,7 +134,13 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
     def _wanted(self) -> bool:
         return self.steps is None or self.step_index in self.steps
 
-    def _record(self, op: str, args: tuple, out: Any, issued: float) -> None:
+    def _end_step(self) -> None:
+        now = round(time.perf_counter() - self._start, 9)
+        if self._wanted():
+            self._spans[self.step_index] = (self._step_began, now)
+        self._step_began = now
+
+    def _record(self, op: str, args: tuple, out: Any, issued: float, returned: float) -> None:
         if self._finished or not self._wanted():
             return
         try:
@@ -137,7 +151,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 self._skipped.append(f"rank {dist.get_rank()} step {self.step_index}: {why}")
             return
         entries = [_Pending({**c, "step": self.step_index,
-                             "issued_s": round(issued - self._start, 9)}, group)
+                             "issued_s": round(issued - self._start, 9),
+                             "returned_s": round(returned - self._start, 9)}, group)
                    for c in calls]
         for entry in entries:
             call = entry.call
@@ -171,9 +186,10 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         for ranks in sorted({g for theirs, _ in gathered for g in theirs}):
             groups[len(groups)] = ranks
         ids = {ranks: g for g, ranks in groups.items()}
-        calls = _with_waits(pending, ids)
+        calls = with_waits([fmt.Call(**p.call, group=ids[p.ranks], completed_s=p.completed_s)
+                            for p in pending])
         self.out.mkdir(parents=True, exist_ok=True)
-        fmt.write_rank(self.out, rank, calls)
+        fmt.write_rank(self.out, rank, calls, self._spans)
         dist.barrier()  # every rank file is there before the manifest says the trace is
         if rank == 0:
             backend = dist.get_backend()
@@ -254,23 +270,3 @@ def _group_ranks(args: tuple) -> tuple[int, ...]:
             group = torch._C._distributed_c10d.ProcessGroup.unbox(a)
             return tuple(dist.get_process_group_ranks(group))
     raise _Unknown("a c10d call without a process group")
-
-
-def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> list[fmt.Call]:
-    """Each call with its group id and where it is waited (see the module's docstring)."""
-    calls = []
-    n = len(pending)
-    ops = [p.call["op"] for p in pending]
-    for i, p in enumerate(pending):
-        c = p.call
-        step_end = next((j for j in range(i + 1, n) if pending[j].call["step"] != c["step"]), n)
-        if p.completed_s is not None:
-            wait = next((j for j in range(i + 1, step_end)
-                         if pending[j].call["issued_s"] >= p.completed_s), None)
-        else:
-            wait = fmt.implied_wait(ops, i, step_end)
-        if wait is None and step_end < n:
-            wait = step_end  # waited by the step's end: before the next step's first call
-        calls.append(fmt.Call(**c, group=ids[p.ranks], wait_before=wait,
-                              completed_s=p.completed_s))
-    return calls

@@ -8,7 +8,9 @@
 
 One timed iteration replays every call of the trace's captured steps, in the recorded order,
 with the recorded async/wait structure, on buffers allocated once with the recorded shapes and
-dtypes. The trace's process groups are made in every rank of the world (new_group is
+dtypes, and, between the calls, the rank's own work for as long as the original did it
+(timeline.py measures it, gapwork.py does it: idle, busy on the CPU or on the GPU). The
+trace's process groups are made in every rank of the world (new_group is
 collective over the world), and destroyed when the test ends, so a persistent world does not
 gather groups from test to test. A world larger than the trace's runs it on its first ranks;
 the others only keep in step.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +31,18 @@ import torch.distributed as dist
 
 from ... import units
 from ...harness.ranks.pressure import memory_available
+from . import gapwork, timeline
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
 from .options import SUITES
 from .reading import read
-from .trace import POINT_TO_POINT, Call, Trace, TraceError
+from .timeline import waits_at
+from .trace import Call, Trace, TraceError
 
 FAMILY = "replay"
 SHIPPED = SUITES / "traces"
 
-__all__ = ["FAMILY", "SHIPPED", "replay", "trace_params", "unchecked"]
+__all__ = ["FAMILY", "SHIPPED", "gaps_setting", "replay", "trace_params", "unchecked"]
 
 # Reduce ops replayed as another that moves the same bytes: premul_sum needs a scalar the trace
 # does not keep and exists on NCCL only.
@@ -61,9 +65,23 @@ def trace_params(config: pytest.Config) -> list[Any]:
     return [pytest.param(d, id=Path(d).name) for d in chosen]
 
 
+def gaps_setting(config: pytest.Config, node: Any) -> str:
+    """The test's --distbench-replay-gaps, as the controller resolved it."""
+    from ...settings import of_test
+
+    return of_test(config, node).replay_gaps
+
+
 def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
-           name: str | None = None) -> None:
-    """Replay `trace` (a Trace or its directory) in this rank and measure it."""
+           name: str | None = None, gaps: str = gapwork.DEFAULT) -> None:
+    """Replay `trace` (a Trace or its directory) in this rank and measure it. `gaps`: what each
+    rank does between its calls for the time the original did it (gapwork.MODES: busy, the
+    default, is cpu in a CPU world and gpu in a CUDA one; off replays the calls back to
+    back)."""
+    try:
+        mode = gapwork.resolve(gapwork.parse_mode(gaps), distbench.device.type)
+    except ValueError as exc:
+        pytest.fail(f"replay gaps: {exc}", pytrace=False)
     if not isinstance(trace, Trace):
         try:
             trace = read(trace)
@@ -83,18 +101,27 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     problem = next((p for p in problems if p), None)
     if problem:
         pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
+    rebuilt = timeline.trace_gaps(trace) if mode != "off" else "asked for none"
+    work = gapwork.worker(mode if not isinstance(rebuilt, str) else "off", distbench.device,
+                          lambda: dist.barrier(group=distbench.group))
     groups = _Groups(distbench, trace)
     try:
-        _measure(distbench, trace, groups, name)
+        _measure(distbench, trace, groups, name, work, rebuilt, gaps)
     finally:
         groups.destroy()
 
 
-def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) -> None:
+def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
+             work: gapwork.Worker, rebuilt: dict[int, timeline.Gaps] | str, asked: str
+             ) -> None:
     rank = distbench.rank
     players = list(range(trace.world_size))
-    replayer = _Replayer(trace, rank, groups, distbench.device) if rank in players else None
+    gaps = None if isinstance(rebuilt, str) else rebuilt
+    replayer = (_Replayer(trace, rank, groups, distbench.device, work,
+                          gaps[rank] if gaps else None)
+                if rank in players else None)
     step = replayer.step if replayer is not None else _idle
+    original = timeline.original_step(trace)
     figures: dict[str, Any] = {
         "trace": trace.name, "trace_ranks": trace.world_size, "source": trace.source,
         "captured_backend": trace.backend, "captured_device": trace.device,
@@ -103,6 +130,14 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) ->
         "calls_per_rank": max(len(cs) for cs in trace.calls.values()),
         "bytes": step_bytes(trace), "skipped": list(trace.skipped),
         "unchecked": unchecked(trace),
+        # What the ranks did between their calls, and why where nothing.
+        "gaps": work.mode, "gaps_asked": asked,
+        "gaps_how": work.describe() if gaps else f"none: {rebuilt}",
+        "gaps_blind": sorted({b for g in (gaps or {}).values() for b in g.blind}),
+        "gap_s": max((g.total for g in gaps.values()), default=0.0) if gaps else 0.0,
+        # The original's time for the captured steps (the slowest rank's), and how known.
+        "original_s": original[0] if original else None,
+        "original_how": original[1] if original else None,
         # Filled by check(), after the timed iterations: measure() keeps this very list.
         "breakdown": [],
     }
@@ -236,7 +271,8 @@ class _Replayer:
     """One rank's calls, ready to issue: buffers allocated once, each call's issue prepared,
     the waits placed where the trace waited."""
 
-    def __init__(self, trace: Trace, rank: int, groups: _Groups, device: torch.device) -> None:
+    def __init__(self, trace: Trace, rank: int, groups: _Groups, device: torch.device,
+                 work: gapwork.Worker, gaps: timeline.Gaps | None) -> None:
         self.trace, self.rank = trace, rank
         self.calls = trace.calls[rank]
         self.inputs = [[_empty(b, device) for b in c.inputs] for c in self.calls]
@@ -248,10 +284,14 @@ class _Replayer:
         self.waits_at = waits_at(self.calls)
         self.spent = [0.0] * len(self.calls)
         self.replays = 0
+        self.fill = work.fill
+        self.before = list(gaps.before) if gaps else [0.0] * len(self.calls)
+        self.after = gaps.after if gaps else 0.0
 
     def step(self) -> None:
         clock = time.perf_counter
         issues, waits_at, spent = self.issues, self.waits_at, self.spent
+        fill, before = self.fill, self.before
         works: list[Any] = [None] * len(issues)
         issued = [0.0] * len(issues)
         for i, issue in enumerate(issues):
@@ -259,22 +299,24 @@ class _Replayer:
                 for work in works[k]:
                     work.wait()
                 spent[k] += clock() - issued[k]
+            fill(before[i])  # the work the rank did before this call
             issued[i] = clock()
             works[i] = issue()
         for k in waits_at[len(issues)]:
             for work in works[k]:
                 work.wait()
             spent[k] += clock() - issued[k]
+        fill(self.after)
         self.replays += 1
         if self.replays == 1:
             # The first replay makes the groups' connections: not what a step costs.
             spent[:] = [0.0] * len(spent)
 
-    def timed(self) -> list[tuple[str, int, int, float]]:
-        """(op, group size, bytes, mean seconds per replay) of each call, replays after the
-        first."""
+    def timed(self) -> list[tuple[str, int, int, float, float | None]]:
+        """(op, group size, bytes, mean seconds per replay, the original's seconds) of each
+        call, replays after the first."""
         replays = max(1, self.replays - 1)
-        return [(c.op, len(m), c.nbytes, s / replays)
+        return [(c.op, len(m), c.nbytes, s / replays, timeline.original_seconds(c))
                 for c, m, s in zip(self.calls, self.members, self.spent, strict=True)]
 
     def check(self) -> int:
@@ -284,27 +326,13 @@ class _Replayer:
                 t.fill_(_value(self.rank, t))
             for t in outs:
                 t.zero_()
-        self.step()
+        fill, self.fill = self.fill, gapwork.Worker().fill  # the check needs no gaps
+        try:
+            self.step()
+        finally:
+            self.fill = fill
         return sum(_wrong(c, self.rank, m, ins, outs) for c, m, ins, outs in zip(
             self.calls, self.members, self.inputs, self.outputs, strict=True))
-
-
-def waits_at(calls: Sequence[Call]) -> list[list[int]]:
-    """For each call index i (and len(calls): the step's end), the calls to wait for before
-    issuing call i. A run of consecutive sends and receives is issued as a whole before any of
-    them is waited for: a pair recorded as blocking on each side in opposite orders (NCCL's
-    small sends complete before their receive is posted) would otherwise hang."""
-    n = len(calls)
-    ops = [c.op for c in calls]
-    due = [n if c.wait_before is None else c.wait_before for c in calls]
-    for k, op in enumerate(ops):
-        if op in POINT_TO_POINT:  # not before the run it belongs to has been issued
-            run_end = trace_format.implied_wait(ops, k, n)
-            due[k] = max(due[k], n if run_end is None else run_end)
-    found: list[list[int]] = [[] for _ in range(n + 1)]
-    for k, at in enumerate(due):
-        found[at].append(k)
-    return found
 
 
 def _empty(buffer: trace_format.Buffer, device: torch.device) -> torch.Tensor:

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "pytest-distbench-trace"
-VERSION = 1
+# 2 adds each call's `returned_s` and each rank's step spans (`steps`): what the work between
+# the calls is rebuilt from (gaps.py). Version 1 traces still read, their gaps rebuilt from
+# their issue and completion times alone.
+VERSION = 2
+VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 MAX_FILE_BYTES = 256 << 20  # a rank file larger than this is not a step's calls
 
@@ -70,8 +74,9 @@ class Call:
 
     `wait_before` is where the program waited for it: before the call of that index (its own
     index + 1 for a call waited at once: a synchronous call), or None: at the trace's end.
-    Times are host seconds from the capture's start: issued (the call entered), completed
-    (the transport finished it; None where the backend does not say)."""
+    Times are host seconds from the capture's start: issued (the call entered), returned (its
+    issue returned to the program), completed (the transport finished it; None where the
+    backend does not say)."""
 
     op: str
     group: int
@@ -84,6 +89,7 @@ class Call:
     step: int = 0
     issued_s: float | None = None
     completed_s: float | None = None
+    returned_s: float | None = None
 
     @property
     def nbytes(self) -> int:
@@ -104,6 +110,9 @@ class Trace:
     source: str = "capture"
     # Calls the format cannot replay, listed rather than dropped: "rank 1 call 7: c10d.foo".
     skipped: list[str] = field(default_factory=list)
+    # rank -> step -> (start_s, end_s) on that rank's clock: when each captured step began
+    # (the previous one ended) and ended (its optimizer.step()); empty where not recorded.
+    spans: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
 
     def memory_bytes(self, rank: int) -> int:
         """The buffers a replay allocates in `rank` (every call's own, allocated once)."""
@@ -145,7 +154,7 @@ def write(trace: Trace, directory: str | os.PathLike[str]) -> Path:
     there is refused rather than mixed with this one."""
     out = refuse_existing(directory)
     for rank, calls in sorted(trace.calls.items()):
-        write_rank(out, rank, calls)
+        write_rank(out, rank, calls, trace.spans.get(rank))
     write_manifest(out, trace)
     return out
 
@@ -163,10 +172,14 @@ def refuse_existing(directory: str | os.PathLike[str], create: bool = True) -> P
     return out
 
 
-def write_rank(directory: Path, rank: int, calls: list[Call]) -> None:
-    _write_json(directory / rank_file(rank), {
-        "format": FORMAT + "-rank", "version": VERSION, "rank": rank,
-        "calls": [_call_json(c) for c in calls]})
+def write_rank(directory: Path, rank: int, calls: list[Call],
+               spans: dict[int, tuple[float, float]] | None = None) -> None:
+    data: dict[str, Any] = {"format": FORMAT + "-rank", "version": VERSION, "rank": rank,
+                            "calls": [_call_json(c) for c in calls]}
+    if spans:
+        data["steps"] = [{"step": s, "start_s": a, "end_s": b}
+                         for s, (a, b) in sorted(spans.items())]
+    _write_json(directory / rank_file(rank), data)
 
 
 def write_manifest(directory: Path, trace: Trace) -> None:
@@ -214,7 +227,7 @@ def load(directory: str | os.PathLike[str]) -> Trace:
     manifest = _read_json(manifest_path)
     where = str(manifest_path)
     _expect(manifest, "format", where, lambda v: v == FORMAT, f"{FORMAT!r}")
-    _expect(manifest, "version", where, lambda v: v == VERSION, f"{VERSION}")
+    _expect(manifest, "version", where, lambda v: v in VERSIONS, _versions())
     world = _expect(manifest, "world_size", where, _positive_int, "a positive integer")
     name = manifest.get("name") or root.resolve().name
     if not isinstance(name, str):
@@ -226,12 +239,13 @@ def load(directory: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{where}: field 'ranks': no file for rank {missing[0]} of a "
                          f"{world}-rank trace")
     calls: dict[int, list[Call]] = {}
+    spans: dict[int, dict[int, tuple[float, float]]] = {}
     for r in range(world):
         relative = files[str(r)]
         if not isinstance(relative, str) or Path(relative).name != relative:
             raise TraceError(f"{where}: field 'ranks.{r}': expected a file name in the trace "
                              f"directory, got {relative!r}")
-        calls[r] = _rank_calls(root / relative, r, world, groups)
+        calls[r], spans[r] = _rank_calls(root / relative, r, world, groups)
     skipped = manifest.get("skipped", [])
     if not (isinstance(skipped, list) and all(isinstance(s, str) for s in skipped)):
         raise TraceError(f"{where}: field 'skipped': expected a list of strings")
@@ -242,7 +256,7 @@ def load(directory: str | os.PathLike[str]) -> Trace:
                   backend=_optional_str(manifest, "backend", where),
                   device=_optional_str(manifest, "device", where), steps=steps,
                   source=_optional_str(manifest, "source", where) or "capture",
-                  skipped=skipped)
+                  skipped=skipped, spans={r: s for r, s in spans.items() if s})
     check_matching(trace, where)
     return trace
 
@@ -275,10 +289,10 @@ def check_matching(trace: Trace, where: str) -> None:
 
 
 def _rank_calls(path: Path, rank: int, world: int, groups: dict[int, tuple[int, ...]]
-                ) -> list[Call]:
+                ) -> tuple[list[Call], dict[int, tuple[float, float]]]:
     data = _read_json(path)
     where = str(path)
-    _expect(data, "version", where, lambda v: v == VERSION, f"{VERSION}")
+    _expect(data, "version", where, lambda v: v in VERSIONS, _versions())
     _expect(data, "rank", where, lambda v: v == rank, f"{rank} (the manifest's)")
     raw = _expect(data, "calls", where, lambda v: isinstance(v, list), "a list")
     calls = [_call(item, f"{where}: calls[{i}]", rank, world, groups)
@@ -287,7 +301,25 @@ def _rank_calls(path: Path, rank: int, world: int, groups: dict[int, tuple[int, 
         if c.wait_before is not None and not i < c.wait_before <= len(calls):
             raise TraceError(f"{where}: calls[{i}]: field 'wait_before': {c.wait_before} is "
                              f"not after the call (expected {i + 1}..{len(calls)} or null)")
-    return calls
+    return calls, _spans(data.get("steps", []), where)
+
+
+def _spans(raw: Any, where: str) -> dict[int, tuple[float, float]]:
+    """A rank file's `steps`: each captured step's start and end on the rank's clock."""
+    if not isinstance(raw, list):
+        raise TraceError(f"{where}: field 'steps': expected a list of step spans")
+    spans: dict[int, tuple[float, float]] = {}
+    for i, item in enumerate(raw):
+        at = f"{where}: field 'steps[{i}]"
+        if not (isinstance(item, dict) and _index(item.get("step"))
+                and item["step"] not in spans):
+            raise TraceError(f"{at}.step': expected a step index not given before")
+        start, end = (_seconds(item.get(k), f"{at}.{k}'") for k in ("start_s", "end_s"))
+        if start is None or end is None or end < start:
+            raise TraceError(f"{at}': expected start_s and end_s in seconds, end not before "
+                             "start")
+        spans[item["step"]] = (start, end)
+    return spans
 
 
 def _call(item: Any, where: str, rank: int, world: int, groups: dict[int, tuple[int, ...]]
@@ -320,13 +352,8 @@ def _call(item: Any, where: str, rank: int, world: int, groups: dict[int, tuple[
     step = item.get("step", 0)
     if not _index(step):
         raise TraceError(f"{where}: field 'step': expected a step index")
-    times = {}
-    for key in ("issued_s", "completed_s"):
-        value = item.get(key)
-        if value is not None and not (isinstance(value, (int, float)) and not isinstance(
-                value, bool) and math.isfinite(value)):
-            raise TraceError(f"{where}: field '{key}': expected seconds or null")
-        times[key] = value
+    times = {key: _seconds(item.get(key), f"{where}: field '{key}'")
+             for key in ("issued_s", "completed_s", "returned_s")}
     return Call(op=op, group=group, inputs=inputs, outputs=outputs,
                 reduce_op=reduce_op if op in REDUCING else None, root=root, peer=peer,
                 wait_before=wait_before, step=step, **times)
@@ -402,6 +429,18 @@ def _expect(data: dict[str, Any], key: str, where: str, ok: Any, what: str) -> A
     if not ok(value):
         raise TraceError(f"{where}: field '{key}': expected {what}, got {_short(value)}")
     return value
+
+
+def _seconds(value: Any, where: str) -> float | None:
+    """A time in seconds, or None; a value that is not a finite number is refused."""
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(
+            value, bool) and math.isfinite(value)):
+        raise TraceError(f"{where}: expected seconds or null")
+    return value
+
+
+def _versions() -> str:
+    return " or ".join(str(v) for v in VERSIONS)
 
 
 def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:

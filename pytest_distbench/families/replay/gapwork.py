@@ -1,0 +1,173 @@
+"""The work a replaying rank does in the gaps between its calls, standing for what the original
+did there (timeline.py measures the gaps; step.py places them). Runs in the ranks.
+
+- idle: the rank sleeps (a program waiting on data, a host doing nothing);
+- cpu: a matrix product, repeated as often as fills the gap: compute with memory traffic
+  that shares the cores (and the memory bus) with the communication, as the forward and
+  backward of a CPU step do;
+- gpu: a kernel that spins on the device for the gap (torch.cuda._sleep, in cycles), queued
+  on the current stream, so a collective issued after it starts when the original's would.
+
+A busy worker is calibrated once per world: every rank of the world runs the calibration at
+the same time (the load the replay itself will put on the cores), and the result is kept for
+the world's later replays.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...units import format_duration_us
+
+MODES = ("busy", "cpu", "gpu", "idle", "off")
+DEFAULT = "busy"
+MATRIX = 128  # the cpu unit: a 128 x 128 float32 product (about 4 Mflop, 192 KiB of operands)
+CALIBRATION_S = 0.05  # each calibration's time, in every rank at once
+
+
+def parse_mode(text: str) -> str:
+    value = text.strip().lower()
+    if value not in MODES:
+        raise ValueError(f"invalid gap mode {text!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def resolve(mode: str, device_type: str) -> str:
+    """The worker a mode stands for in a world on `device_type`: busy is the GPU's in a CUDA
+    world, the CPU's elsewhere. ValueError for gpu outside a CUDA world."""
+    if mode == "busy":
+        return "gpu" if device_type == "cuda" else "cpu"
+    if mode == "gpu" and device_type != "cuda":
+        raise ValueError(f"gap mode gpu needs a CUDA world; this one runs on {device_type}")
+    return mode
+
+
+def seconds_per_unit(run: Callable[[int], None], clock: Callable[[], float] = time.perf_counter,
+                     budget_s: float = CALIBRATION_S, rounds: int = 5) -> float:
+    """Seconds one unit of `run(n)` (n units, finished when it returns) takes: from the
+    difference between batches of n and 2n units, so the fixed cost of a batch (a kernel
+    launch, a synchronization) cancels; n grows until a batch lasts budget_s / (3 rounds);
+    the median of `rounds` such differences."""
+    n = 1
+    while True:
+        t0 = clock()
+        run(n)
+        if clock() - t0 >= budget_s / (3 * rounds) or n >= 1 << 40:
+            break
+        n *= 2
+    slopes = []
+    for _ in range(rounds):
+        t0 = clock()
+        run(n)
+        t1 = clock()
+        run(2 * n)
+        t2 = clock()
+        slopes.append(((t2 - t1) - (t1 - t0)) / n)
+    per_unit = statistics.median(slopes)
+    if per_unit > 0:
+        return per_unit
+    # Noise larger than the work's growth: the larger batch's mean, fixed cost included.
+    t0 = clock()
+    run(2 * n)
+    return max(clock() - t0, 1e-12) / (2 * n)
+
+
+class Worker:
+    """Fills a gap of `seconds` (`fill`), as its mode does; `describe()` says how."""
+
+    mode = "off"
+
+    def fill(self, seconds: float) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "none: the calls back to back, as captured"
+
+
+class Idle(Worker):
+    mode = "idle"
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._sleep = sleep
+
+    def fill(self, seconds: float) -> None:
+        if seconds > 0:
+            self._sleep(seconds)
+
+    def describe(self) -> str:
+        return "idle: each rank sleeps for each gap"
+
+
+class Busy(Worker):
+    """A busy worker: `run(n)` does n units, one unit lasting `unit_s` (calibrated); a gap is
+    filled with its length in units, rounded to the nearest."""
+
+    def __init__(self, mode: str, run: Callable[[int], None], unit_s: float, what: str) -> None:
+        self.mode, self._run, self.unit_s, self._what = mode, run, unit_s, what
+
+    def units(self, seconds: float) -> int:
+        return max(0, round(seconds / self.unit_s))
+
+    def fill(self, seconds: float) -> None:
+        n = self.units(seconds)
+        if n:
+            self._run(n)
+
+    def describe(self) -> str:
+        return (f"{self.mode}: {self._what}, {format_duration_us(self.unit_s)} us a "
+                "unit, calibrated once per world with every rank at once")
+
+
+def cpu_run(device: Any) -> Callable[[int], None]:
+    import torch
+
+    a = torch.rand(MATRIX, MATRIX, device=device)
+    b = torch.rand(MATRIX, MATRIX, device=device)
+    c = torch.empty(MATRIX, MATRIX, device=device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            torch.mm(a, b, out=c)
+    return run
+
+
+def gpu_run() -> Callable[[int], None]:
+    import torch
+
+    def run(cycles: int) -> None:
+        torch.cuda._sleep(cycles)
+        torch.cuda.current_stream().synchronize()
+    return run
+
+
+def gpu_fill() -> Callable[[int], None]:
+    import torch
+
+    return lambda cycles: torch.cuda._sleep(cycles)  # queued: the host goes on
+
+
+_CALIBRATED: dict[tuple[str, str], float] = {}
+
+
+def worker(mode: str, device: Any, barrier: Callable[[], None]) -> Worker:
+    """The worker of a resolved mode in this rank; a busy one calibrated once per world (every
+    rank calls this together: `barrier` lines them up before they calibrate at once)."""
+    if mode == "off":
+        return Worker()
+    if mode == "idle":
+        return Idle()
+    key = (mode, str(device))
+    if mode == "cpu":
+        run = cpu_run(device)
+        if key not in _CALIBRATED:
+            barrier()
+            _CALIBRATED[key] = seconds_per_unit(run)
+        return Busy("cpu", run, _CALIBRATED[key],
+                     f"{MATRIX} x {MATRIX} float32 matrix products")
+    if key not in _CALIBRATED:
+        barrier()
+        _CALIBRATED[key] = seconds_per_unit(gpu_run())
+    return Busy("gpu", gpu_fill(), _CALIBRATED[key], "torch.cuda._sleep, in GPU cycles")
