@@ -24,7 +24,7 @@ from ...units import format_duration_us
 
 MODES = ("busy", "cpu", "gpu", "idle", "off")
 DEFAULT = "busy"
-MATRIX = 128  # the cpu unit: a 128 x 128 float32 product (about 4 Mflop, 192 KiB of operands)
+MATRIX = 64  # the cpu unit: a 64 x 64 float32 product (0.5 Mflop, 48 KiB of operands)
 CALIBRATION_S = 0.05  # each calibration's time, in every rank at once
 
 

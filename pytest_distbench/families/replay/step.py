@@ -132,7 +132,7 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
         "unchecked": unchecked(trace),
         # What the ranks did between their calls, and why where nothing.
         "gaps": work.mode, "gaps_asked": asked,
-        "gaps_how": work.describe() if gaps else f"none: {rebuilt}",
+        "gaps_how": work.describe() if gaps or asked == "off" else f"none: {rebuilt}",
         "gaps_blind": sorted({b for g in (gaps or {}).values() for b in g.blind}),
         "gap_s": max((g.total for g in gaps.values()), default=0.0) if gaps else 0.0,
         # The original's time for the captured steps (the slowest rank's), and how known.
