@@ -77,7 +77,7 @@ class Gaps:
 
 NO_ISSUE_TIMES = ("the trace has no issue times (PARAM's basic traces and hand-written ones "
                   "have none)")
-HEAD = "the work before the first call and after the last (no step spans: a version 1 trace)"
+HEAD = "the work before the first call and after the last (the trace has no step spans)"
 ISSUE = "each gap holds the issue of the call before it (issue returns not recorded)"
 SKIPPED_STEPS = "the steps between non-consecutive captured steps"
 
