@@ -145,6 +145,24 @@ def test_a_busy_worker_fills_a_gap_with_its_length_in_units():
     assert slept == [0.25]
 
 
+@given(st.floats(1e-6, 1e-3), st.floats(0.5, 3), st.lists(st.floats(0, 0.05), max_size=5))
+def test_the_cpu_worker_works_for_the_gap_whatever_the_load(unit, slowdown, gaps):
+    """Its unit calibrated at `unit` s, run `slowdown` times slower (the load moved): each gap
+    still lasts its time, within a unit, and the clock is read about every millisecond."""
+    device = FakeDevice(unit * slowdown, 0.0, jitter=0.0, seed=0)
+    busy = gapwork.Busy("cpu", device.run, unit, "products", clock=device.clock)
+    for gap in gaps:
+        before, device.ran = device.now, []
+        busy.fill(gap)
+        took = device.now - before
+        slow = unit * slowdown  # one unit's time now
+        # Past the gap by at most the first chunk's misestimate (it is sized by the
+        # calibration; the later ones by the pace the one before ran at) and a unit.
+        late = max(0.0, slowdown - 1) * min(gapwork.CHUNK_S, gap) + max(slow, unit)
+        assert gap - slow / 2 - 1e-12 <= took <= gap + late + 1e-12
+        assert all(n * slow <= gapwork.CHUNK_S * 1.5 + unit * slowdown for n in device.ran[1:])
+
+
 def test_busy_is_the_gpu_in_a_cuda_world_and_the_cpu_elsewhere():
     assert gapwork.resolve("busy", "cuda") == "gpu" and gapwork.resolve("busy", "cpu") == "cpu"
     assert gapwork.resolve("idle", "cuda") == "idle"
@@ -269,8 +287,9 @@ def test_a_replay_puts_the_gaps_back_at_three_ranks_and_says_how(pytester, distb
     rows = suite["figures"]["breakdown"]
     assert [(b["calls"], b["original_calls"]) for b in rows] == [(12, 12)]
     assert math.isclose(rows[0]["original_seconds"], 12 * 1e-3)
+    assert suite["figures"]["gaps_how"].startswith(
+        "cpu: 64 x 64 float32 matrix products until the gap's time has passed, ")
     result.stdout.fnmatch_lines([
-        "# gaps between the calls: cpu: 64 x 64 float32 matrix products, * us a unit, "
-        "calibrated once per world with every",
-        "#    rank at once; 40.0 ms per iteration in the busiest rank",
+        "# gaps between the calls: cpu: 64 x 64 float32 matrix products until the gap's time *",
+        "*40.0 ms per iteration in the busiest rank",
         "# original: the captured steps, slowest rank, from the step spans"])

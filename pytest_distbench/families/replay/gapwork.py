@@ -2,13 +2,17 @@
 did there (timeline.py measures the gaps; step.py places them). Runs in the ranks.
 
 - idle: the rank sleeps (a program waiting on data, a host doing nothing);
-- cpu: a matrix product, repeated as often as fills the gap: compute with memory traffic
-  that shares the cores (and the memory bus) with the communication, as the forward and
-  backward of a CPU step do;
+- cpu: matrix products until the gap's time has passed: compute with memory traffic that
+  shares the cores (and the memory bus) with the communication, as the forward and backward
+  of a CPU step do. The clock is read after each chunk of products (at most CHUNK_S of them,
+  as many as the calibration says), so a gap lasts its recorded time, one product more or
+  less, whatever the load: a fixed number of products calibrated under one load would last
+  another time under the next (this machine's load moves by 2x within minutes), and the gap
+  recorded is a time, taken under the original's own load;
 - gpu: a kernel that spins on the device for the gap (torch.cuda._sleep, in cycles), queued
   on the current stream, so a collective issued after it starts when the original's would.
 
-A busy worker is calibrated once per world: every rank of the world runs the calibration at
+A busy worker's unit is calibrated once per world: every rank of the world runs the calibration at
 the same time (the load the replay itself will put on the cores), and the result is kept for
 the world's later replays.
 """
@@ -26,6 +30,7 @@ MODES = ("busy", "cpu", "gpu", "idle", "off")
 DEFAULT = "busy"
 MATRIX = 64  # the cpu unit: a 64 x 64 float32 product (0.5 Mflop, 48 KiB of operands)
 CALIBRATION_S = 0.05  # each calibration's time, in every rank at once
+CHUNK_S = 0.001  # the cpu worker reads the clock about this often
 
 
 def parse_mode(text: str) -> str:
@@ -102,19 +107,36 @@ class Idle(Worker):
 
 
 class Busy(Worker):
-    """A busy worker: `run(n)` does n units, one unit lasting `unit_s` (calibrated); a gap is
-    filled with its length in units, rounded to the nearest."""
+    """A busy worker: `run(n)` does n units, one unit lasting `unit_s` (calibrated). Without a
+    clock a gap is its length in units, rounded to the nearest (the GPU's cycles: a kernel
+    queued, the host goes on); with one, units run in chunks of about CHUNK_S until the gap's
+    time has passed (the nearest unit boundary to it, at the pace the last chunk ran)."""
 
-    def __init__(self, mode: str, run: Callable[[int], None], unit_s: float, what: str) -> None:
+    def __init__(self, mode: str, run: Callable[[int], None], unit_s: float, what: str,
+                 clock: Callable[[], float] | None = None) -> None:
         self.mode, self._run, self.unit_s, self._what = mode, run, unit_s, what
+        self._clock = clock
 
     def units(self, seconds: float) -> int:
         return max(0, round(seconds / self.unit_s))
 
     def fill(self, seconds: float) -> None:
-        n = self.units(seconds)
-        if n:
+        if self._clock is None:
+            n = self.units(seconds)
+            if n:
+                self._run(n)
+            return
+        # The unit's time as this gap finds it (the load moves): the last chunk sized by it.
+        clock, per = self._clock, self.unit_s
+        now = clock()
+        deadline = now + seconds
+        while True:
+            n = min(max(1, round(CHUNK_S / per)), max(0, round((deadline - now) / per)))
+            if n <= 0:
+                return
             self._run(n)
+            before, now = now, clock()
+            per = max((now - before) / n, 1e-12)
 
     def describe(self) -> str:
         return (f"{self.mode}: {self._what}, {format_duration_us(self.unit_s)} us a "
@@ -166,7 +188,8 @@ def worker(mode: str, device: Any, barrier: Callable[[], None]) -> Worker:
             barrier()
             _CALIBRATED[key] = seconds_per_unit(run)
         return Busy("cpu", run, _CALIBRATED[key],
-                     f"{MATRIX} x {MATRIX} float32 matrix products")
+                     f"{MATRIX} x {MATRIX} float32 matrix products until the gap's time has "
+                     "passed", clock=time.perf_counter)
     if key not in _CALIBRATED:
         barrier()
         _CALIBRATED[key] = seconds_per_unit(gpu_run())
