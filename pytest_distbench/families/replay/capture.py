@@ -8,11 +8,12 @@ Flight Recorder is NCCL's only, the profiler's execution trace is heavy and its 
 change between releases, and wrapping the Python functions misses DDP's C++ calls.
 
 The wait structure is rebuilt from when each call completed (its Work's future, where the
-backend gives one): a call is waited before the first call this rank issued after it
-completed, so a synchronous call is waited at once and an overlapped one (DDP's buckets
-during backward) where the program had it done. Point-to-point calls whose completion the
-backend does not report are waited together before the next collective, so a replay of an
-exchange (isend, irecv) cannot deadlock.
+backend gives one; a collective whose Work has none, such as gloo's reduce_scatter_tensor, is
+waited for by a watcher thread that notes when it returns): a call is waited before the first
+call this rank issued after it completed, so a synchronous call is waited at once and an
+overlapped one (DDP's buckets during backward) where the program had it done.
+Point-to-point calls whose completion the backend does not report are waited together before
+the next collective, so a replay of an exchange (isend, irecv) cannot deadlock.
 
     with pytest_distbench.capture("trace/", steps=[1, 2]):
         for step in range(3):
@@ -22,6 +23,7 @@ exchange (isend, irecv) cannot deadlock.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections.abc import Iterable
@@ -88,6 +90,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         self._step_began = 0.0  # when the current step began, from the capture's start
         self._spans: dict[int, tuple[float, float]] = {}  # wanted step -> (start_s, end_s)
         self._finished = False
+        self._watched: queue.Queue | None = None
+        self._watch_thread: threading.Thread | None = None
 
     # -- the context manager ----------------------------------------------------------------
 
@@ -127,6 +131,9 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
             self._hook.remove()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
+        if self._watched is not None:  # every watched call's completion in before writing
+            self._watched.put(None)
+            self._watch_thread.join(timeout=60)
         self._write()
 
     # -- recording (the dispatch mode calls this, on whatever thread issued the call) --------
@@ -161,17 +168,30 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                     call[key] = group[call[key]]
         with self._lock:
             self._pending.extend(entries)
-        work = out[-1] if isinstance(out, tuple) else out
-        try:
-            future = torch._C._distributed_c10d.Work.unbox(work).get_future()
-        except Exception:  # noqa: BLE001 - the backend does not report completion here
-            return
+        work = torch._C._distributed_c10d.Work.unbox(out[-1] if isinstance(out, tuple) else out)
 
-        def done(_: Any) -> None:
+        def done(_: Any = None) -> None:
             at = round(time.perf_counter() - self._start, 9)
             for entry in entries:
                 entry.completed_s = at
+        try:
+            future = work.get_future()
+        except Exception:  # noqa: BLE001 - the backend does not report completion here
+            # A collective's Work may be waited from a second thread; a send's or a
+            # receive's not (gloo's would consume its completion twice): those stay unknown.
+            if entries[0].call["op"] not in fmt.POINT_TO_POINT:
+                self._watcher().put((work, done))
+            return
         future.add_done_callback(done)
+
+    def _watcher(self) -> queue.Queue:
+        """The queue of (Work, done) a daemon thread waits for, in issue order."""
+        if self._watched is None:
+            self._watched = queue.Queue()
+            self._watch_thread = threading.Thread(target=_watch, args=(self._watched,),
+                                                  name="distbench-capture-watcher", daemon=True)
+            self._watch_thread.start()
+        return self._watched
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -200,6 +220,19 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 steps=self.steps if self.steps is not None else list(range(self.step_index)),
                 source=f"pytest_distbench.capture, torch {torch.__version__}",
                 skipped=[s for _, theirs in gathered for s in theirs]))
+
+
+def _watch(works: queue.Queue) -> None:
+    while True:
+        item = works.get()
+        if item is None:
+            return
+        work, done = item
+        try:
+            work.wait()
+        except Exception:  # noqa: BLE001 - the program sees the failure on its own wait
+            continue
+        done()
 
 
 class _Unknown(Exception):
