@@ -101,27 +101,52 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     problem = next((p for p in problems if p), None)
     if problem:
         pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
-    rebuilt = timeline.trace_gaps(trace) if mode != "off" else "asked for none"
-    work = gapwork.worker(mode if not isinstance(rebuilt, str) else "off", distbench.device,
+    # Each rank rebuilds its own gaps and original time; every rank learns all of them, so
+    # all run gaps or none (a busy worker calibrates with every rank at once).
+    mine = timeline.RankTimes.of(trace.calls.get(distbench.rank, []),
+                                 trace.spans.get(distbench.rank))
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine, group=distbench.group)
+    times: list[timeline.RankTimes] = everyone[:trace.world_size]
+    why_none = "" if mode != "off" else "off"
+    why_none = why_none or next((t.gaps for t in times if isinstance(t.gaps, str)), "")
+    work = gapwork.worker("off" if why_none else mode, distbench.device,
                           lambda: dist.barrier(group=distbench.group))
     groups = _Groups(distbench, trace)
     try:
-        _measure(distbench, trace, groups, name, work, rebuilt, gaps)
+        _measure(distbench, trace, groups, name, work, mine.gaps if not why_none else None,
+                 _timing_figures(times, work, why_none, gaps))
     finally:
         groups.destroy()
 
 
+def _timing_figures(times: list[timeline.RankTimes], work: gapwork.Worker, why_none: str,
+                    asked: str) -> dict[str, Any]:
+    """The record's figures on the gaps the ranks ran and on the original's time."""
+    gaps = [t.gaps for t in times if not isinstance(t.gaps, str)]
+    originals = [t.original for t in times]
+    known = all(o is not None for o in originals) and originals
+    return {
+        "gaps": work.mode, "gaps_asked": asked,
+        "gaps_how": work.describe() if why_none in ("", "off") else f"none: {why_none}",
+        "gaps_blind": sorted({b for g in gaps for b in g.blind}) if not why_none else [],
+        "gap_s": max((g.total for g in gaps), default=0.0) if not why_none else 0.0,
+        # The original's time for the captured steps (the slowest rank's), and how known.
+        "original_s": max(originals) if known else None,
+        "original_how": (timeline.SPANS if all(t.spanned for t in times)
+                         else timeline.CALLS) if known else None,
+    }
+
+
 def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
-             work: gapwork.Worker, rebuilt: dict[int, timeline.Gaps] | str, asked: str
-             ) -> None:
+             work: gapwork.Worker, gaps: timeline.Gaps | str | None,
+             timing: dict[str, Any]) -> None:
     rank = distbench.rank
     players = list(range(trace.world_size))
-    gaps = None if isinstance(rebuilt, str) else rebuilt
     replayer = (_Replayer(trace, rank, groups, distbench.device, work,
-                          gaps[rank] if gaps else None)
+                          gaps if isinstance(gaps, timeline.Gaps) else None)
                 if rank in players else None)
     step = replayer.step if replayer is not None else _idle
-    original = timeline.original_step(trace)
     figures: dict[str, Any] = {
         "trace": trace.name, "trace_ranks": trace.world_size, "source": trace.source,
         "captured_backend": trace.backend, "captured_device": trace.device,
@@ -130,14 +155,8 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
         "calls_per_rank": max(len(cs) for cs in trace.calls.values()),
         "bytes": step_bytes(trace), "skipped": list(trace.skipped),
         "unchecked": unchecked(trace),
-        # What the ranks did between their calls, and why where nothing.
-        "gaps": work.mode, "gaps_asked": asked,
-        "gaps_how": work.describe() if gaps or asked == "off" else f"none: {rebuilt}",
-        "gaps_blind": sorted({b for g in (gaps or {}).values() for b in g.blind}),
-        "gap_s": max((g.total for g in gaps.values()), default=0.0) if gaps else 0.0,
-        # The original's time for the captured steps (the slowest rank's), and how known.
-        "original_s": original[0] if original else None,
-        "original_how": original[1] if original else None,
+        # What the ranks did between their calls, and why where nothing; the original's time.
+        **timing,
         # Filled by check(), after the timed iterations: measure() keeps this very list.
         "breakdown": [],
     }

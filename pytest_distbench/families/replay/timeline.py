@@ -152,27 +152,50 @@ def original_seconds(call: Call) -> float | None:
     return max(0.0, call.completed_s - call.issued_s)
 
 
+SPANS = "step spans"
+CALLS = "first issue to last completion of each step"
+
+
+def rank_original(calls: Sequence[Call], spans: dict[int, tuple[float, float]] | None = None
+                  ) -> float | None:
+    """How long one rank's captured steps took in the original: the sum of its step spans
+    (start to end of each step), else of each step's first issue to its last completion or
+    return (the work before and after the calls left out). None: no issue times."""
+    if spans:
+        return sum(b - a for a, b in spans.values())
+    total = 0.0
+    for step in sorted({c.step for c in calls}):
+        mine = [c for c in calls if c.step == step]
+        starts = [c.issued_s for c in mine if c.issued_s is not None]
+        if len(starts) < len(mine):
+            return None
+        ends = [t for c in mine for t in (c.issued_s, c.returned_s, c.completed_s)
+                if t is not None]
+        total += max(ends) - min(starts)
+    return total
+
+
 def original_step(trace: Trace) -> tuple[float, str] | None:
-    """The original's time for all its captured steps (the slowest rank's) and how it is
-    known: the step spans (start to end of each step), else each step's first issue to its
-    last completion or return (the work before and after the calls left out). None: no times."""
-    per_rank = []
-    for rank, calls in trace.calls.items():
-        spans = trace.spans.get(rank)
-        if spans:
-            per_rank.append(sum(b - a for a, b in spans.values()))
-            continue
-        total = 0.0
-        for step in sorted({c.step for c in calls}):
-            mine = [c for c in calls if c.step == step]
-            starts = [c.issued_s for c in mine]
-            if any(s is None for s in starts):
-                return None
-            ends = [t for c in mine for t in (c.issued_s, c.returned_s, c.completed_s)
-                    if t is not None]
-            total += max(ends) - min(s for s in starts if s is not None)
-        per_rank.append(total)
-    if not per_rank:
+    """The original's time for all its captured steps, the slowest rank's, and how it is known
+    (SPANS or CALLS). None: a rank without issue times."""
+    per_rank = [rank_original(calls, trace.spans.get(rank))
+                for rank, calls in trace.calls.items()]
+    if not per_rank or any(p is None for p in per_rank):
         return None
-    how = ("step spans" if trace.spans else "first issue to last completion of each step")
-    return max(per_rank), how
+    how = SPANS if all(trace.spans.get(r) for r in trace.calls) else CALLS
+    return max(p for p in per_rank if p is not None), how
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    """What one rank's times say, for the others (each rank reads what its own calls say):
+    its gaps (or why none), its original time (None: unknown), whether from step spans."""
+
+    gaps: Gaps | str
+    original: float | None
+    spanned: bool
+
+    @classmethod
+    def of(cls, calls: Sequence[Call], spans: dict[int, tuple[float, float]] | None
+           ) -> RankTimes:
+        return cls(rank_gaps(calls, spans), rank_original(calls, spans), bool(spans))
