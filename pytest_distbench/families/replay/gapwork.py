@@ -81,9 +81,11 @@ def seconds_per_unit(run: Callable[[int], None], clock: Callable[[], float] = ti
 
 
 class Worker:
-    """Fills a gap of `seconds` (`fill`), as its mode does; `describe()` says how."""
+    """Fills a gap of `seconds` (`fill`), as its mode does; `describe()` says how. `blocking`:
+    the host is held for the gap (idle, cpu), not only a queue (gpu)."""
 
     mode = "off"
+    blocking = False
 
     def fill(self, seconds: float) -> None:
         return None
@@ -94,6 +96,7 @@ class Worker:
 
 class Idle(Worker):
     mode = "idle"
+    blocking = True
 
     def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
         self._sleep = sleep
@@ -116,6 +119,7 @@ class Busy(Worker):
                  clock: Callable[[], float] | None = None) -> None:
         self.mode, self._run, self.unit_s, self._what = mode, run, unit_s, what
         self._clock = clock
+        self.blocking = clock is not None
 
     def units(self, seconds: float) -> int:
         return max(0, round(seconds / self.unit_s))
@@ -169,6 +173,31 @@ def gpu_fill() -> Callable[[int], None]:
     import torch
 
     return lambda cycles: torch.cuda._sleep(cycles)  # queued: the host goes on
+
+
+class Paced:
+    """A worker's gaps of one iteration kept to their recorded sum: a gap that ran over (a
+    sleep woken late, a chunk of work descheduled under load) shortens the next ones by as
+    much, so the overruns do not add up over the dozens of gaps of a step. `reset()` at each
+    iteration's start. For a worker that only queues work (gpu) the gaps are passed as is."""
+
+    def __init__(self, worker: Worker, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.worker, self._clock, self.debt = worker, clock, 0.0
+
+    def reset(self) -> None:
+        self.debt = 0.0
+
+    def __call__(self, seconds: float) -> None:
+        if not self.worker.blocking:
+            self.worker.fill(seconds)
+            return
+        target = seconds - self.debt
+        if target <= 0:
+            self.debt = -target
+            return
+        start = self._clock()
+        self.worker.fill(target)
+        self.debt = self._clock() - start - target
 
 
 _CALIBRATED: dict[tuple[str, str], float] = {}

@@ -303,7 +303,7 @@ class _Replayer:
         self.waits_at = waits_at(self.calls)
         self.spent = [0.0] * len(self.calls)
         self.replays = 0
-        self.fill = work.fill
+        self.fill = gapwork.Paced(work)
         self.before = list(gaps.before) if gaps else [0.0] * len(self.calls)
         self.after = gaps.after if gaps else 0.0
 
@@ -311,6 +311,7 @@ class _Replayer:
         clock = time.perf_counter
         issues, waits_at, spent = self.issues, self.waits_at, self.spent
         fill, before = self.fill, self.before
+        fill.reset()
         works: list[Any] = [None] * len(issues)
         issued = [0.0] * len(issues)
         for i, issue in enumerate(issues):
@@ -345,7 +346,7 @@ class _Replayer:
                 t.fill_(_value(self.rank, t))
             for t in outs:
                 t.zero_()
-        fill, self.fill = self.fill, gapwork.Worker().fill  # the check needs no gaps
+        fill, self.fill = self.fill, gapwork.Paced(gapwork.Worker())  # no gaps in the check
         try:
             self.step()
         finally:
