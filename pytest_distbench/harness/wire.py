@@ -180,6 +180,8 @@ class Measurement:
     # What the test measured did not finish within its bound (a result, not a failure):
     # {"bound_s", "reason"}; the samples are then only that bound.
     incomplete: dict[str, Any] | None = None
+    # Why the measured call moves no data (one rank, in place): no bandwidth is computed.
+    moves_no_data: str | None = None
 
 
 @dataclass

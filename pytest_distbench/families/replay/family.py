@@ -8,6 +8,7 @@ from typing import Any
 from ... import units
 from ...registry import Family
 from ...results.rendering import ci, fit
+from ...results.rendering.fit import printable
 from .breakdown import BUCKET_BASE
 from .options import SETTINGS, SUITES
 
@@ -22,7 +23,8 @@ NOTE = ("# one iteration = one replay of every captured step's calls; bytes/rank
         "trace's ranks per replay: a call's time runs from its issue to the end of its wait "
         "(replays after the first, every iteration of the run); time % = share of the summed "
         "call times; algbw = bytes / time, busbw = algbw x the nccl-tests factor of the op "
-        "and group size; original = the captured step (its calls: issue to the backend's "
+        "and group size (- where no data moves: an in-place all_reduce, broadcast or reduce in a "
+        "group of one rank); original = the captured step (its calls: issue to the backend's "
         "completion), ratio = replay / original; GB/s = 1e9 B/s, sizes in binary units")
 
 
@@ -43,7 +45,7 @@ def _step_row(r: Record) -> list[Any]:
     nbytes = r.get("nbytes") or 0
     algbw = nbytes / p50 / 1e9 if p50 and nbytes else None
     original = f.get("original_s")
-    return [f.get("trace", "-"), f.get("trace_ranks", "-"), f.get("steps", "-"),
+    return [printable(f.get("trace", "-")), f.get("trace_ranks", "-"), f.get("steps", "-"),
             f.get("calls", "-"), units.format_size(nbytes),
             ci.with_pct(_ms(p50), ci.p50_pct(r), r), _ms(original), _ratio(p50, original),
             _gbps(algbw), "N/A" if r.get("wrong") is None else r["wrong"]]
@@ -65,7 +67,7 @@ def _breakdown_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     for b in rows:
         share = b.get("share")
         known, original = b.get("original_calls") or 0, b.get("original_seconds")
-        out.append([b["op"], b["group_size"], size_bucket(b["bucket"]), b["calls"],
+        out.append([printable(b["op"]), b["group_size"], size_bucket(b["bucket"]), b["calls"],
                     units.format_size(b["bytes"]),
                     units.format_duration_us(b["seconds"] / b["calls"]) if b["calls"] else "-",
                     units.format_duration_us(original / known) + ("" if known == b["calls"]
@@ -100,7 +102,8 @@ def _notes(f: dict[str, Any]) -> str:
         lines.append(f"# captured with {f['captured_backend']} on "
                      f"{f.get('captured_device') or '?'}"
                      + ("" if source == "capture" else f" (from {source})"))
-    return "".join("\n" + line for line in lines)
+    # Names from the trace (and maybe from a foreign results file): no escape sequences.
+    return "".join("\n" + printable(line) for line in lines)
 
 
 def render_replay(records: list[Record]) -> str:

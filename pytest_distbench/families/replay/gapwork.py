@@ -19,7 +19,7 @@ the world's later replays.
 
 from __future__ import annotations
 
-import statistics
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,10 +52,10 @@ def resolve(mode: str, device_type: str) -> str:
 
 def seconds_per_unit(run: Callable[[int], None], clock: Callable[[], float] = time.perf_counter,
                      budget_s: float = CALIBRATION_S, rounds: int = 5) -> float:
-    """Seconds one unit of `run(n)` (n units, finished when it returns) takes: from the
-    difference between batches of n and 2n units, so the fixed cost of a batch (a kernel
-    launch, a synchronization) cancels; n grows until a batch lasts budget_s / (3 rounds);
-    the median of `rounds` such differences."""
+    """Seconds one unit of `run(n)` (n units, finished when it returns) takes: from batches of
+    n and 2n units, so the fixed cost of a batch (a kernel launch, a synchronization) cancels;
+    n grows until a batch lasts budget_s / (3 rounds). Each batch size's fastest of `rounds`
+    runs is taken: a loaded machine only ever adds time (a descheduled batch), never takes it."""
     n = 1
     while True:
         t0 = clock()
@@ -63,21 +63,17 @@ def seconds_per_unit(run: Callable[[int], None], clock: Callable[[], float] = ti
         if clock() - t0 >= budget_s / (3 * rounds) or n >= 1 << 40:
             break
         n *= 2
-    slopes = []
+    single, double = math.inf, math.inf
     for _ in range(rounds):
         t0 = clock()
         run(n)
         t1 = clock()
         run(2 * n)
         t2 = clock()
-        slopes.append(((t2 - t1) - (t1 - t0)) / n)
-    per_unit = statistics.median(slopes)
-    if per_unit > 0:
-        return per_unit
+        single, double = min(single, t1 - t0), min(double, t2 - t1)
+    per_unit = (double - single) / n
     # Noise larger than the work's growth: the larger batch's mean, fixed cost included.
-    t0 = clock()
-    run(2 * n)
-    return max(clock() - t0, 1e-12) / (2 * n)
+    return per_unit if per_unit > 0 else max(double, 1e-12) / (2 * n)
 
 
 class Worker:

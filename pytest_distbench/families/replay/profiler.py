@@ -26,9 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...units import MAX_WORLD_SIZE
 from . import trace as fmt
+from .fields import MAX_GROUPS, TraceError, index, read_json, type_name
 from .timeline import with_waits
-from .trace import Buffer, Call, Trace, TraceError
+from .trace import Buffer, Call, Trace
 
 SOURCE = "torch.profiler Chrome trace"
 PARAM_COMMS = "record_param_comms"
@@ -105,7 +107,7 @@ class _Rank:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        data = fmt._read_any_json(path)
+        data = read_json(path, path.resolve().parent)
         where = str(path)
         if not isinstance(data, dict):
             raise TraceError(f"{where}: expected a JSON object (a Chrome trace)")
@@ -114,15 +116,16 @@ class _Rank:
             raise TraceError(f"{where}: field 'distributedInfo' is missing (a profile of a "
                              "process that initialized torch.distributed has it)")
         self.world = _field(info, "world_size", where, "distributedInfo.",
-                            lambda v: fmt._index(v) and v > 0, "a positive integer")
+                            lambda v: index(v, MAX_WORLD_SIZE) and v > 0,
+                            f"a world size of 1..{MAX_WORLD_SIZE}")
         self.rank = _field(info, "rank", where, "distributedInfo.",
-                           lambda v: fmt._index(v) and v < self.world,
+                           lambda v: index(v, self.world - 1),
                            f"a rank of the {self.world}-rank world")
         self.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
         configs = info.get("pg_config")
         self.pg_ranks = {tuple(sorted(c["ranks"])) for c in configs
                          if isinstance(c, dict) and isinstance(c.get("ranks"), list)
-                         and all(fmt._index(x) for x in c["ranks"])} \
+                         and all(index(x, self.world - 1) for x in c["ranks"])} \
             if isinstance(configs, list) else set()
         events = data.get("traceEvents")
         if not isinstance(events, list):
@@ -179,7 +182,11 @@ class _Rank:
         if self.rank not in members:
             raise TraceError(f"{at}: field 'args.Process Group Ranks': rank {self.rank} is not "
                              "among them")
-        return groups.setdefault(tuple(sorted(members)), len(groups))
+        key = tuple(sorted(members))
+        if key not in groups and len(groups) >= MAX_GROUPS:
+            raise TraceError(f"{at}: field 'args.Process Group Ranks': a group past the "
+                             f"{MAX_GROUPS} a trace may have")
+        return groups.setdefault(key, len(groups))
 
     def _param_comms(self, i: int, e: dict[str, Any], groups: dict[tuple[int, ...], int],
                      skipped: list[str]) -> Call | None:
@@ -210,7 +217,7 @@ class _Rank:
         if dtype is None:
             raise TraceError(f"{at}: field 'args.dtype': expected one of "
                              + ", ".join(sorted(DTYPES)))
-        sizes = [_field(args, k, at, "args.", fmt._index, "a number of elements")
+        sizes = [_field(args, k, at, "args.", index, "a number of elements")
                  for k in ("In msg nelems", "Out msg nelems")]
         members = next(m for m, g in groups.items() if g == group)
         if op == "all_to_all_single" and any(
@@ -304,7 +311,7 @@ def _field(data: dict[str, Any], key: str, where: str, prefix: str, ok: Any, wha
     value = data.get(key)
     if key not in data or not ok(value):
         raise TraceError(f"{where}: field '{prefix}{key}': expected {what}, got "
-                         f"{fmt._short(value) if key in data else 'nothing'}")
+                         f"{type_name(value) if key in data else 'nothing'}")
     return value
 
 
@@ -330,7 +337,7 @@ def _duration(e: dict[str, Any], at: str) -> float:
 
 def _shapes(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(
-        isinstance(s, list) and len(s) <= 16 and all(fmt._index(d) for d in s) for s in value)
+        isinstance(s, list) and len(s) <= 16 and all(index(d) for d in s) for s in value)
 
 
 def _concrete(args: dict[str, Any], k: int) -> int | None:

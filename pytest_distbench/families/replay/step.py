@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from ... import units
 from ...harness.ranks.pressure import memory_available
+from ...results.rendering.fit import printable
 from . import gapwork, timeline
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
@@ -77,44 +78,51 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     """Replay `trace` (a Trace or its directory) in this rank and measure it. `gaps`: what each
     rank does between its calls for the time the original did it (gapwork.MODES: busy, the
     default, is cpu in a CPU world and gpu in a CUDA one; off replays the calls back to
-    back)."""
+    back).
+
+    From a directory, each rank reads the manifest and its own calls only; rank 0 also checks
+    the whole trace, one rank file at a time (docs/replay-trace-format.md, "Memory"). Every
+    rank's verdict is shared before any allocates or fails: one rank refusing alone would
+    leave the others waiting for it in new_group."""
+    rank, world = distbench.rank, distbench.world_size
     try:
         mode = gapwork.resolve(gapwork.parse_mode(gaps), distbench.device.type)
     except ValueError as exc:
         pytest.fail(f"replay gaps: {exc}", pytrace=False)
+    problem: str | None = None
     if not isinstance(trace, Trace):
         try:
-            trace = read(trace)
+            trace = read(trace, keep=(rank,), check=rank == 0)
         except TraceError as exc:
-            pytest.fail(str(exc), pytrace=False)
-    world = distbench.world_size
-    if world < trace.world_size:
-        pytest.skip(f"trace {trace.name} needs {trace.world_size} ranks; this world has {world}")
-    problem = shape_problem(trace)
-    if problem:
-        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
-    # Every rank agrees before any allocates: one rank refusing alone would leave the others
-    # waiting for it in new_group.
-    problems: list[Any] = [None] * world
-    dist.all_gather_object(problems, memory_problem(trace, memory_available()),
-                           group=distbench.group)
-    problem = next((p for p in problems if p), None)
-    if problem:
-        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
-    # Each rank rebuilds its own gaps and original time; every rank learns all of them, so
-    # all run gaps or none (a busy worker calibrates with every rank at once).
-    mine = timeline.RankTimes.of(trace.calls.get(distbench.rank, []),
-                                 trace.spans.get(distbench.rank))
+            problem, trace = str(exc), None
+    mine = _Summary.of(trace, rank, problem)
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, mine, group=distbench.group)
+    summaries: list[_Summary] = everyone
+    problem = next((s.problem for s in summaries if s.problem), None)
+    if problem or trace is None:
+        pytest.fail(problem or "no trace", pytrace=False)
+    shown = printable(trace.name)
+    if world < trace.world_size:
+        pytest.skip(f"trace {shown} needs {trace.world_size} ranks; this world has {world}")
+    problem = next((s.shape for s in summaries if s.shape), None) or memory_problem(
+        trace.world_size, summaries)
+    if problem:
+        pytest.fail(f"trace {shown}: {problem}", pytrace=False)
+    # Each rank rebuilds its own gaps and original time; every rank learns all of them, so
+    # all run gaps or none (a busy worker calibrates with every rank at once).
+    mine = timeline.RankTimes.of(trace.calls.get(rank, []), trace.spans.get(rank))
+    everyone = [None] * world
+    dist.all_gather_object(everyone, mine, group=distbench.group)
     times: list[timeline.RankTimes] = everyone[:trace.world_size]
-    why_none = "" if mode != "off" else "off"
-    why_none = why_none or next((t.gaps for t in times if isinstance(t.gaps, str)), "")
+    why_none = "off" if mode == "off" else next(
+        (t.gaps for t in times if isinstance(t.gaps, str)), "")
     work = gapwork.worker("off" if why_none else mode, distbench.device,
                           lambda: dist.barrier(group=distbench.group))
     groups = _Groups(distbench, trace)
     try:
-        _measure(distbench, trace, groups, name, work, mine.gaps if not why_none else None,
+        _measure(distbench, trace, groups, name, summaries[:trace.world_size], work,
+                 mine.gaps if not why_none else None,
                  _timing_figures(times, work, why_none, gaps))
     finally:
         groups.destroy()
@@ -125,36 +133,60 @@ def _timing_figures(times: list[timeline.RankTimes], work: gapwork.Worker, why_n
     """The record's figures on the gaps the ranks ran and on the original's time."""
     gaps = [t.gaps for t in times if not isinstance(t.gaps, str)]
     originals = [t.original for t in times]
-    known = all(o is not None for o in originals) and originals
+    known = bool(originals) and all(o is not None for o in originals)
     return {
         "gaps": work.mode, "gaps_asked": asked,
         "gaps_how": work.describe() if why_none in ("", "off") else f"none: {why_none}",
         "gaps_blind": sorted({b for g in gaps for b in g.blind}) if not why_none else [],
         "gap_s": max((g.total for g in gaps), default=0.0) if not why_none else 0.0,
         # The original's time for the captured steps (the slowest rank's), and how known.
-        "original_s": max(originals) if known else None,
+        "original_s": max(o for o in originals if o is not None) if known else None,
         "original_how": (timeline.SPANS if all(t.spanned for t in times)
                          else timeline.CALLS) if known else None,
     }
 
 
+class _Summary:
+    """What the other ranks need to know of one rank's calls (each rank holds its own only)."""
+
+    def __init__(self, problem: str | None, calls: int = 0, step_bytes: int = 0,
+                 memory_bytes: int = 0, steps: frozenset[int] = frozenset(),
+                 shape: str | None = None, unchecked: frozenset[str] = frozenset(),
+                 available: int | None = None) -> None:
+        self.problem, self.calls, self.step_bytes = problem, calls, step_bytes
+        self.memory_bytes, self.steps, self.shape = memory_bytes, steps, shape
+        self.unchecked, self.available = unchecked, available
+
+    @classmethod
+    def of(cls, trace: Trace | None, rank: int, problem: str | None) -> _Summary:
+        if trace is None or problem:
+            return cls(problem)
+        calls = trace.calls.get(rank, [])
+        return cls(None, len(calls), trace.step_bytes(rank), trace.memory_bytes(rank),
+                   frozenset(c.step for c in calls) if not trace.steps else frozenset(),
+                   shape_problem(trace, rank), frozenset(unchecked(calls, rank)),
+                   memory_available())
+
+
 def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
-             work: gapwork.Worker, gaps: timeline.Gaps | str | None,
-             timing: dict[str, Any]) -> None:
+             summaries: list[_Summary], work: gapwork.Worker,
+             gaps: timeline.Gaps | str | None, timing: dict[str, Any]) -> None:
     rank = distbench.rank
     players = list(range(trace.world_size))
     replayer = (_Replayer(trace, rank, groups, distbench.device, work,
                           gaps if isinstance(gaps, timeline.Gaps) else None)
                 if rank in players else None)
     step = replayer.step if replayer is not None else _idle
+    nbytes = max(s.step_bytes for s in summaries)  # the busiest rank's bytes per replay
     figures: dict[str, Any] = {
-        "trace": trace.name, "trace_ranks": trace.world_size, "source": trace.source,
-        "captured_backend": trace.backend, "captured_device": trace.device,
-        "steps": len(trace.steps) or len({c.step for cs in trace.calls.values() for c in cs}),
-        "calls": sum(len(cs) for cs in trace.calls.values()),
-        "calls_per_rank": max(len(cs) for cs in trace.calls.values()),
-        "bytes": step_bytes(trace), "skipped": list(trace.skipped),
-        "unchecked": unchecked(trace),
+        "trace": printable(trace.name), "trace_ranks": trace.world_size,
+        "source": trace.source, "captured_backend": trace.backend,
+        "captured_device": trace.device,
+        "steps": len(trace.steps) or len(frozenset().union(*(s.steps for s in summaries))),
+        "calls": sum(s.calls for s in summaries),
+        "calls_per_rank": max(s.calls for s in summaries),
+        "bytes": nbytes, "skipped": list(trace.skipped),
+        "unchecked": sorted(frozenset().union(*(s.unchecked for s in summaries))),
         # What the ranks did between their calls, and why where nothing; the original's time.
         **timing,
         # Filled by check(), after the timed iterations: measure() keeps this very list.
@@ -172,7 +204,7 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
 
     # The ranks past the trace's only keep in step: their times are not the replay's.
     timed = players if trace.world_size < distbench.world_size else None
-    distbench.measure(step, nbytes=step_bytes(trace), family=FAMILY, check=check,
+    distbench.measure(step, nbytes=nbytes, family=FAMILY, check=check,
                       figures=figures, name=name, ranks=timed, pressure_ranks=timed)
 
 
@@ -180,21 +212,10 @@ def _idle() -> None:
     return None
 
 
-def step_bytes(trace: Trace) -> int:
-    """Bytes of one replay: the busiest rank's (nccl-tests' size of each of its calls)."""
-    return max(trace.step_bytes(r) for r in range(trace.world_size))
-
-
-def unchecked(trace: Trace) -> list[str]:
-    """The calls whose results the replay does not check, by kind (e.g. "barrier",
+def unchecked(calls: list[Call], rank: int) -> list[str]:
+    """The calls of `rank` whose results the replay does not check, by kind (e.g. "barrier",
     "all_reduce product", "reduce (non-root ranks)")."""
-    found = set()
-    for rank, calls in trace.calls.items():
-        for c in calls:
-            why = _unchecked(c, rank)
-            if why:
-                found.add(why)
-    return sorted(found)
+    return sorted({why for c in calls if (why := _unchecked(c, rank))})
 
 
 def _unchecked(call: Call, rank: int) -> str | None:
@@ -214,30 +235,27 @@ def _unchecked(call: Call, rank: int) -> str | None:
     return None
 
 
-def memory_problem(trace: Trace, available: int | None) -> str | None:
-    """Why the trace's buffers cannot be allocated in the ranks of this host (None: they can,
-    or the memory available is not known). The ranks of a host share its memory: in a local
+def memory_problem(trace_ranks: int, summaries: list[_Summary]) -> str | None:
+    """Why the trace's buffers cannot be allocated in the ranks of a host (None: they can, or
+    the memory available is not known). The ranks of a host share its memory: in a local
     world all of them, under a launcher LOCAL_WORLD_SIZE."""
-    if available is None:
-        return None
-    here = min(trace.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", trace.world_size)))
-    per_rank = max(trace.memory_bytes(r) for r in range(trace.world_size))
-    if per_rank * here <= available:
-        return None
-    return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
-            f"{units.format_size(per_rank * here)} for its {here} rank(s) on this host, and "
-            f"{units.format_size(available)} of memory is available")
+    here = min(trace_ranks, int(os.environ.get("LOCAL_WORLD_SIZE", trace_ranks)))
+    per_rank = max(s.memory_bytes for s in summaries[:trace_ranks])
+    for s in summaries:
+        if s.available is not None and per_rank * here > s.available:
+            return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
+                    f"{units.format_size(per_rank * here)} for its {here} rank(s) on this "
+                    f"host, and {units.format_size(s.available)} of memory is available")
+    return None
 
 
-def shape_problem(trace: Trace) -> str | None:
-    """Why a call's buffers cannot be replayed as recorded (None: all can). Every rank reads
-    every rank's calls, so every rank fails together, before any collective."""
-    for rank, calls in sorted(trace.calls.items()):
-        for i, c in enumerate(calls):
-            n = trace_format.group_size(trace, c)
-            problem = _call_shape_problem(c, n)
-            if problem:
-                return f"rank {rank} call {i} ({c.op}): {problem}"
+def shape_problem(trace: Trace, rank: int) -> str | None:
+    """Why a call of `rank` cannot be replayed as recorded (None: all can)."""
+    for i, c in enumerate(trace.calls.get(rank, [])):
+        n = trace_format.group_size(trace, c)
+        problem = _call_shape_problem(c, n)
+        if problem:
+            return f"rank {rank} call {i} ({c.op}): {problem}"
     return None
 
 

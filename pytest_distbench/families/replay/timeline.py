@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .trace import POINT_TO_POINT, Call, Trace, implied_wait
+from .schedule import due_points, implied_wait, waits_before
+from .trace import Call, Trace
 
 
 def with_waits(calls: Sequence[Call]) -> list[Call]:
@@ -43,21 +44,9 @@ def with_waits(calls: Sequence[Call]) -> list[Call]:
 
 
 def waits_at(calls: Sequence[Call]) -> list[list[int]]:
-    """For each call index i (and len(calls): the step's end), the calls to wait for before
-    issuing call i. A run of consecutive sends and receives is issued as a whole before any of
-    them is waited for: a pair recorded as blocking on each side in opposite orders (NCCL's
-    small sends complete before their receive is posted) would otherwise hang."""
-    n = len(calls)
-    ops = [c.op for c in calls]
-    due = [n if c.wait_before is None else c.wait_before for c in calls]
-    for k, op in enumerate(ops):
-        if op in POINT_TO_POINT:  # not before the run it belongs to has been issued
-            run_end = implied_wait(ops, k, n)
-            due[k] = max(due[k], n if run_end is None else run_end)
-    found: list[list[int]] = [[] for _ in range(n + 1)]
-    for k, at in enumerate(due):
-        found[at].append(k)
-    return found
+    """For each call index i (and len(calls): the end), the calls the replay waits for before
+    issuing call i: the hang check's own rule (schedule.py)."""
+    return waits_before(due_points([c.op for c in calls], [c.wait_before for c in calls]))
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 
+from ... import registry
 from ...registry import completed_figures
-from ...results import sanity
+from ...results import peaks, sanity
 from ...results.document.record import Pressure, Record
 from ...results.document.schema import RecordError, check_record
 from ...results.statistics import interval, stats
-from ...settings import Settings
+from ...settings import Settings, of_session
 from .. import options
-from ..environment.physical import machine_bounds, refined_bounds
+from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..ranks.pressure import memory_problem
 from ..wire import (
     RANK_FIXTURES,
@@ -36,6 +37,7 @@ from ..wire import (
     TestOutcome,
     from_settings,
 )
+from .session import SESSION_KEY
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
 BACKEND_ARG = "distbench_backend"
@@ -210,6 +212,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             record["live_reports"] = reports
     _add_environment_section(item, records)
     broken = _mark_invalid(records)
+    _add_peaks(item.config, records)
     if keep is not None:
         keep_records(item.config, keep, records)
     if broken:
@@ -260,6 +263,20 @@ def end_early(result: RunResult, ended: set[int], world_size: int, label: str = 
     if any(result.outcomes[r].status == "xfailed" for r in ended):
         pytest.xfail(label + text)
     pytest.skip(label + text)
+
+
+def _add_peaks(config: pytest.Config, records: list[Record]) -> None:
+    """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
+    one, else measured here, else published for its GPU (worlds on one host only). Only
+    records of nccl-tests style tables, whose legend names the peak (a family's own style
+    shows its own figures)."""
+    declared = of_session(config).peak_busbw or {}
+    session = config.stash.get(SESSION_KEY, None)
+    one_host = session is None or not session.external
+    for record in records:
+        if not record.get("invalid") and registry.table_style(record["family"]) is None:
+            peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
+            record["of_peak"] = peaks.of_peak(record, peak)
 
 
 def _mark_invalid(records: list[Record]) -> str:
@@ -422,6 +439,7 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
         "count": first.count,
         "dtype": first.dtype,
         "busbw_factor": first.busbw_factor,
+        "moves_no_data": first.moves_no_data,
         "warmup": first.warmup,
         "wrong": None if first.wrong is None else sum(m.wrong or 0 for m in ms),
         "threshold": threshold,
@@ -472,11 +490,13 @@ def summarize_record(record: Record, rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
     as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
     stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of
-    every figure."""
+    every figure. A call that moves no data (record["moves_no_data"]) has no bandwidth: its
+    bytes over its time would be a rate of nothing (one rank's in-place all_reduce printed
+    5,099,682 GB/s on an H200)."""
     timed = [s for s in rank_samples if s]
     samples = stats.per_iteration_max(timed)
     summary = stats.summarize(samples)
-    nbytes = record.get("nbytes")
+    nbytes = None if record.get("moves_no_data") else record.get("nbytes")
     algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
     record.update(
         iterations=len(samples),

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
+from ..document import nccl_tests
 from ..document.history import p50_runs
 from ..document.record import Record
 from ..document.schema import records
@@ -202,6 +203,8 @@ def compare_documents(
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    foreign = nccl_tests.from_document(baseline_doc) or nccl_tests.from_document(current_doc)
+    baseline_doc, current_doc = nccl_tests.aligned(baseline_doc, current_doc)
     if not (math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     base_records = records(baseline_doc)
@@ -231,8 +234,8 @@ def compare_documents(
         alpha=alpha,
         fingerprint_differences=tuple(
             fingerprint_differences(
-                baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"]
-            )
+                baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"],
+                nccl_tests.FINGERPRINT if foreign else FINGERPRINT_FIELDS)
             + placement_differences(base_records, cur_records)
             + timing_differences(base_records, cur_records)
         ),
@@ -271,10 +274,11 @@ def _one_sided(
     )
 
 
-def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str, Any]) -> list[str]:
+def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str, Any],
+                            fields: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
     """Human-readable lines for each fingerprint field that differs between two environments."""
     lines = []
-    for key in FINGERPRINT_FIELDS:
+    for key in fields:
         base = baseline_env.get(key)
         cur = current_env.get(key)
         if key == "world_sizes":
