@@ -44,8 +44,9 @@ step() {
 say "# gpu_rerun.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 |
     tee -a "$SUMMARY"
-"$PY" -c "import pytest_distbench" 2>/dev/null || "$PY" -m pip install -q --no-deps -e . \
-    >"$LOGS/pip.txt" 2>&1
+# Installed, not only importable from here: pytest finds the plugin by its entry point.
+"$PY" -c "import importlib.metadata as m; m.distribution('pytest-distbench')" 2>/dev/null ||
+    "$PY" -m pip install -q --no-deps -e . >"$LOGS/pip.txt" 2>&1
 "$PY" -c "import torch; print('torch', torch.__version__, 'nccl',
     '.'.join(map(str, torch.cuda.nccl.version())), 'gpus', torch.cuda.device_count())" \
     2>&1 | tee -a "$SUMMARY"

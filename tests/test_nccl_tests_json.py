@@ -73,7 +73,7 @@ def plugin_records(sizes_us: dict[int, float]) -> list[dict]:
 @pytest.fixture
 def plugin_file(tmp_path) -> Path:
     # The plugin's p50s of the H200 run (shared README), at three bandwidth-bound sizes.
-    records = plugin_records({64 << 20: 35.1, 256 << 20: 130.0, 1 << 30: 512.0})
+    records = plugin_records({1 << 20: 32.0, 64 << 20: 35.1, 256 << 20: 130.0, 1 << 30: 512.0})
     environment = dict(ENVIRONMENT, gpus=["NVIDIA H200"], nccl="2.28.9", world_sizes=[1])
     path = tmp_path / "plugin.json"
     write_document(make_document(records, environment, ["pytest"], commit_info={}), path,
@@ -92,7 +92,11 @@ def test_compare_puts_nccl_tests_beside_the_plugin_matched_by_what_they_measured
         v = verdicts[size]
         assert v["verdict"] not in ("new", "missing")  # paired across the two tools
         assert v["baseline_p50_s"] == pytest.approx(gathered[size]["samples"][0])
-    assert sum(v["verdict"] == "missing" for v in verdicts.values()) == len(gathered) - 3
+    assert sum(v["verdict"] == "missing" for v in verdicts.values()) == len(gathered) - 4
+    # One sample a size allows no test: the change against the threshold, never gateable.
+    # 1 MiB: the plugin's 32 us (PyTorch's per-call cost) against NCCL's 7.07 us from C.
+    assert verdicts[1 << 20]["verdict"] == "slower" and not verdicts[1 << 20]["gateable"]
+    assert all(verdicts[n]["verdict"] == "unchanged" for n in (64 << 20, 256 << 20, 1 << 30))
     assert "nccl-tests' out-of-place times (the plugin's all_gather is out-of-place)" in (
         captured.err)
     assert "all_gather_perf -b 4 -e 1G" in captured.err

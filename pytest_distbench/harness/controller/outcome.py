@@ -274,7 +274,8 @@ def _add_peaks(config: pytest.Config, records: list[Record]) -> None:
     session = config.stash.get(SESSION_KEY, None)
     one_host = session is None or not session.external
     for record in records:
-        if not record.get("invalid") and registry.table_style(record["family"]) is None:
+        if (not record.get("invalid") and not record.get("incomplete")
+                and registry.table_style(record["family"]) is None):
             peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
             record["of_peak"] = peaks.of_peak(record, peak)
 

@@ -135,12 +135,21 @@ def judge_records(
         kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
         detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
         noise = "within-run only: run-to-run noise unknown (1 stored run)"
-    if (kind in ("regression", "improvement") and change is not None and detectable is not None
-            and change > -1 and abs(math.log1p(change)) < math.log1p(detectable)):
+    single = z is None and min(len(base["samples"]), len(cur["samples"])) == 1
+    if single and change is not None and change > -1:
+        # One sample on a side (nccl-tests' mean per size) allows no test: the change is held
+        # to the threshold alone, and the verdict is never gateable (slower/faster below).
+        kind = ("regression" if change > threshold else
+                "improvement" if 1 / (1 + change) - 1 > threshold else "unchanged")
+        noise = "one sample on a side (nccl-tests' mean): held to the threshold, no test"
+    elif (kind in ("regression", "improvement") and change is not None
+            and detectable is not None and change > -1
+            and abs(math.log1p(change)) < math.log1p(detectable)):
         # A change smaller than this comparison can tell from its own noise is not one (in
         # ratio terms: detectable +50 % slower is the same size as 1/1.5 faster).
         kind = "unchanged"
-    if kind in ("regression", "improvement") and z is None and _intervals_overlap(base, cur):
+    if (kind in ("regression", "improvement") and z is None and not single
+            and _intervals_overlap(base, cur)):
         # Two runs whose p50 intervals overlap have not shown different p50s.
         kind = "unchanged"
     base_value = base["summary"][metric]
