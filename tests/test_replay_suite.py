@@ -339,8 +339,10 @@ def test_names_from_a_trace_reach_the_table_without_escape_sequences():
     text = render_replay([record])
     assert not any(c in text for c in "\x1b\x07\r"), repr(text)
     assert "?]0;owned??[2Jname?next row?" in text
+    # As many lines as a plain name of the same width gives (a wide name wraps the headers).
+    plain = "t" * len("?]0;owned??[2Jname?next row?")
     assert len(text.splitlines()) == len(render_replay([dict(record, figures=dict(
-        record["figures"], trace="t", skipped=["s"], source="s",
+        record["figures"], trace=plain, skipped=["s"], source="s",
         captured_backend="gloo"))]).splitlines())
 
 
