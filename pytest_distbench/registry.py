@@ -31,7 +31,7 @@ FAMILIES_PACKAGE = "pytest_distbench.families"
 REGISTRATION_MODULE = "family"
 ENTRY_POINT_GROUP = "pytest_distbench.families"
 # What a family keys by record family: two families must not claim one record family in any.
-RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
+RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details", "latencies")
 
 Record = dict[str, Any]
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
@@ -59,6 +59,9 @@ class Setting:
     # default, once per session (SessionSettings), never in a marker.
     scope: str = "test"
     metavar: str = "VALUE"
+    # Where --help lists it: one of settings.HELP_GROUPS; None for a family's own row, listed
+    # in a group of the family's own. `help` is one sentence: --help adds the default.
+    group: str | None = None
 
     @property
     def ini(self) -> str:
@@ -89,6 +92,9 @@ class Family:
     # Record families it measures that no table, figure or headline above names (those of
     # the default nccl-tests style): the session pools their run-to-run noise as one family's.
     records: tuple[str, ...] = ()
+    # Record families whose headline is a latency: the digest shows them at their smallest
+    # message size (the figure people read a latency at), every other at its largest.
+    latencies: tuple[str, ...] = ()
 
 
 class Found(NamedTuple):
@@ -201,6 +207,11 @@ def table_headline(record_family: str) -> str | None:
 def table_details(record_family: str) -> TableStyle | None:
     """The detail block this record family's tables add under -v, if any."""
     return _by_record_family("details").get(record_family)
+
+
+def is_latency(record_family: str) -> bool:
+    """Whether a family registered this record family's headline as a latency."""
+    return any(record_family in family.latencies for family in families())
 
 
 def family_of(record_family: str) -> str | None:

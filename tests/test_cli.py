@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from results_data import ENVIRONMENT, benchmark_record
+from tables import read_table
 
 from pytest_distbench import cli
 from pytest_distbench.results.document import history, make_document, write_document
@@ -147,8 +148,9 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
     run = runs["table"]
     assert run.returncode == 0, run.stderr
     out = run.stdout
-    assert "baseline p50 (us)" in out and "current p50 (us)" in out
-    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("test_")}
+    headers, rows = read_table(out.splitlines())
+    assert "baseline p50 (us)" in headers and "current p50 (us)" in headers
+    lines = {row[0]: "  ".join(row) for row in rows}
     assert set(lines) == set(NAMES.values())
     assert lines[NAMES[SLOW]].rstrip().endswith("slower, not gateable")
     assert "1 MiB" in lines[NAMES[SLOW]]
@@ -165,8 +167,7 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
 def test_a_slowdown_against_stored_runs_is_a_regression_and_fails(runs):
     run = runs["gated"]
     assert run.returncode == 1, run.stderr
-    lines = {line.split()[0]: line for line in run.stdout.splitlines()
-             if line.startswith("test_")}
+    lines = {row[0]: "  ".join(row) for row in read_table(run.stdout.splitlines())[1]}
     assert lines[NAMES[SLOW]].rstrip().endswith("regression")
     assert lines[NAMES[SAME]].rstrip().endswith("unchanged")
     assert "1 regression, 0 improvements, 1 unchanged, 1 new, 0 missing" in run.stdout
@@ -295,11 +296,12 @@ def test_three_files_side_by_side(files, capsys):
     )
     out = capsys.readouterr().out
     assert code == 1  # cur regressed against the stored runs
-    header = out.splitlines()[0]
+    headers, rows = read_table(out.splitlines())
     for label in ("history p50 (us)", "cur p50 (us)", "cur change %", "other_env p50 (us)"):
-        assert label in header
-    slow = next(line for line in out.splitlines() if line.startswith(NAMES[SLOW]))
+        assert label in headers
+    slow = next("  ".join(row) for row in rows if row[0] == NAMES[SLOW])
     assert "regression" in slow and "unchanged" in slow
+    assert max(map(len, out.splitlines())) <= 120  # three files fit the terminal too
 
 
 def test_needs_two_files(files, capsys):

@@ -41,9 +41,9 @@ def trace_directories(text: str) -> list[str]:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("replay", "--distbench-replay", None, trace_directories,
-            "replay captured traces as tests (suites/test_replay.py): trace directories, or "
-            "directories of them, comma separated, relative to the current directory; each "
-            "is checked at the session's start", scope="session", metavar="DIR[,DIR...]"),
+            "replay captured traces as tests, alone collecting "
+            "suites/replay/test_replay.py: trace directories or directories of them, comma "
+            "separated, checked at the session's start", scope="session", metavar="DIR[,DIR...]"),
     Setting("replay_gaps", "--distbench-replay-gaps", gapwork.DEFAULT, gapwork.parse_mode,
             "what each replaying rank does between its calls, for as long as the captured "
             "step did: busy (cpu in a CPU world, gpu in a CUDA one), cpu (matrix products), "
