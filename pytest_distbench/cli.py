@@ -138,6 +138,9 @@ def _add_capture_command(commands: argparse._SubParsersAction) -> None:
     capture.add_argument("--steps", type=_parse_steps, default=None, metavar="I,J",
                          help="the step indices to keep, from 0 (default: every step; 1,2 "
                          "skips the first, which warms up)")
+    capture.add_argument("--from-profiler", nargs="+", default=None, metavar="FILE",
+                         help="instead of a launch: turn torch.profiler Chrome traces (one "
+                         "JSON file per rank, from export_chrome_trace) into the trace")
     capture.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH ...",
                          help="the command that starts the ranks, after --")
 
@@ -349,13 +352,19 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _capture(args: argparse.Namespace) -> int:
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
-    if not launch:
-        _error("capture: give the launch after --, e.g. -- torchrun --nproc-per-node=2 "
-               "train.py")
-        return EXIT_USAGE
-    from pytest_distbench.families.replay.command import run
+    from pytest_distbench.families.replay.command import from_profiler, run
 
-    code, line = run(args.out, args.steps, launch)
+    if args.from_profiler is not None:
+        if launch:
+            _error("capture: give either --from-profiler FILE... or a launch after --, not both")
+            return EXIT_USAGE
+        code, line = from_profiler(args.out, args.steps, args.from_profiler)
+    elif not launch:
+        _error("capture: give the launch after --, e.g. -- torchrun --nproc-per-node=2 "
+               "train.py (or --from-profiler FILE...)")
+        return EXIT_USAGE
+    else:
+        code, line = run(args.out, args.steps, launch)
     if code:
         _error(f"capture: {line}")
     else:

@@ -68,6 +68,35 @@ def two_rank_trace(name: str = "trace") -> Trace:
                  steps=[0, 1])
 
 
+def _param_comms(ts: float, name: str, nelems: int, ranks: str = "[0, 1]", **extra) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+            "ts": ts, "dur": 5.0,
+            "args": {"Collective name": name, "dtype": "Float", "In msg nelems": nelems,
+                     "Out msg nelems": nelems * (2 if name == "_allgather_base" else 1),
+                     "Group size": 2, "Process Group Ranks": ranks, "Seq": int(ts), **extra}}
+
+
+def nccl_files(directory: Path, world: int = 3) -> list[Path]:
+    """What an NCCL rank's profile holds: record_param_comms per call, wait entries, a send
+    (its peer is not recorded) and two profiler steps."""
+    paths = []
+    everyone = json.dumps(list(range(world)))
+    for r in range(world):
+        events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+                   "tid": 1, "ts": 1000.0 * s, "dur": 900.0} for s in (1, 2)]
+        for s in (1, 2):
+            base = 1000.0 * s
+            events += [_param_comms(base + 100, "allreduce", 1024, everyone),
+                       _param_comms(base + 200, "wait", 0, everyone),
+                       _param_comms(base + 300, "_allgather_base", 256, everyone),
+                       _param_comms(base + 400, "send", 8, everyone)]
+        data = {"distributedInfo": {"backend": "nccl", "rank": r, "world_size": world},
+                "traceEvents": events}
+        paths.append(directory / f"rank{r}.json")
+        paths[-1].write_text(json.dumps(data))
+    return paths
+
+
 def written(trace: Trace, directory: Path) -> Path:
     return write(trace, directory)
 

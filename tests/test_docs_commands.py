@@ -36,7 +36,7 @@ from doc_commands import (
 )
 from launching import torchrun_tmpdir
 from leaks import TAG_VARIABLE, processes_with_tag
-from replay_traces import two_rank_trace, written
+from replay_traces import nccl_files, two_rank_trace, written
 from zygote import ZygotePool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +87,10 @@ def template(tmp_path_factory: pytest.TempPathFactory, zygotes: ZygotePool) -> P
     (repo / "benchmarks").mkdir()
     shutil.copy(ROOT / "benchmarks" / "replay_programs.py", repo / "benchmarks")
     written(two_rank_trace(), repo / "trace")
+    # Its profiler way in: one Chrome trace per rank (NCCL's form; a real gloo one is
+    # recorded in tests/test_replay_profiler.py).
+    (repo / "profile").mkdir()
+    nccl_files(repo / "profile", world=2)
     # --distbench-baseline-python=../main/.venv/bin/python: main's checkout beside this one,
     # with this environment as its virtual environment.
     (base / "main").mkdir()

@@ -393,6 +393,8 @@ PROGRAM = textwrap.dedent("""
                 if rank in (0, world - 1):
                     dist.all_reduce(x, op=dist.ReduceOp.MAX, group=pair)
                 dist.broadcast(x, src=world - 1)
+                shard = torch.empty(2)
+                dist.reduce_scatter_tensor(shard, torch.ones(2 * world))
                 if rank == 0:
                     dist.send(x, 1)
                 elif rank == 1:
@@ -434,8 +436,13 @@ def test_capture_records_a_real_ddp_step_with_its_subgroups_at_three_ranks(tmp_p
             ours = [c for c in mine if c.op == "broadcast" and c.inputs[0].shape == (5,)]
             assert [(c.root, c.nbytes, c.inputs[0].dtype) for c in ours] == [(2, 20, "float32")]
         for i, c in enumerate(t.calls[r]):
-            assert c.issued_s is not None
+            assert c.issued_s is not None and c.issued_s <= c.returned_s
             assert c.wait_before is None or c.wait_before > i
+            start, end = t.spans[r][c.step]  # version 2: each call inside its step's span
+            assert start <= c.issued_s <= end
+        # gloo's reduce_scatter_tensor has no future: the watcher saw it complete.
+        scattered = [c for c in t.calls[r] if c.op == "reduce_scatter_tensor"]
+        assert len(scattered) == 2 and all(c.completed_s >= c.returned_s for c in scattered)
     assert [c.peer for c in t.calls[0] if c.op == "send"] == [1, 1]
     assert [c.peer for c in t.calls[1] if c.op == "recv"] == [0, 0]
     assert [c.reduce_op for c in t.calls[0] if c.group == 1] == ["max", "max"]

@@ -20,12 +20,14 @@ IN_PLACE = ("all_reduce", "broadcast", "reduce")
 
 
 class Timed(NamedTuple):
-    """One call of one rank: what it moved, and how long it took per replay."""
+    """One call of one rank: what it moved, how long it took per replay, and how long it was
+    outstanding in the original (issue to completion; None where the capture does not say)."""
 
     op: str
     group_size: int
     nbytes: int
     seconds: float
+    original: float | None = None
 
 
 def bucket(nbytes: int) -> int:
@@ -44,17 +46,24 @@ def bucket(nbytes: int) -> int:
 def aggregate(calls: Iterable[Timed]) -> list[dict[str, Any]]:
     """Rows (op, group_size, bucket): calls, bytes and seconds summed over `calls`, the rows'
     share of all their seconds, and algbw/busbw in decimal GB/s (None where no time or no
-    bytes: a barrier; or no data moved: an in-place call in a group of one). Ordered by op,
-    group size, bucket."""
+    bytes: a barrier; or no data moved: an in-place call in a group of one). Against the
+    original: `original_calls` of the row's calls have an original time, `original_seconds`
+    their sum, `ratio` the replay's seconds of those same calls over it (None where none has
+    one). Ordered by op, group size, bucket."""
     sums: dict[tuple[str, int, int], list[float]] = {}
     for c in calls:
-        row = sums.setdefault((c.op, c.group_size, bucket(c.nbytes)), [0, 0, 0.0])
+        row = sums.setdefault((c.op, c.group_size, bucket(c.nbytes)), [0, 0, 0.0, 0, 0.0, 0.0])
         row[0] += 1
         row[1] += c.nbytes
         row[2] += c.seconds
-    total = sum(s for _, _, s in sums.values())
+        if c.original is not None:
+            row[3] += 1
+            row[4] += c.original
+            row[5] += c.seconds
+    total = sum(row[2] for row in sums.values())
     rows = []
-    for (op, n, low), (count, nbytes, seconds) in sorted(sums.items()):
+    for (op, n, low), (count, nbytes, seconds, known, original, replayed) in sorted(
+            sums.items()):
         moves = nbytes > 0 and not (n == 1 and op in IN_PLACE)
         algbw = nbytes / seconds / 1e9 if seconds > 0 and moves else None
         rows.append({
@@ -63,5 +72,8 @@ def aggregate(calls: Iterable[Timed]) -> list[dict[str, Any]]:
             "share": seconds / total if total > 0 else None,
             "algbw_gbps": algbw,
             "busbw_gbps": None if algbw is None else algbw * bus_factor(op, n),
+            "original_calls": int(known),
+            "original_seconds": original if known else None,
+            "ratio": replayed / original if known and original > 0 else None,
         })
     return rows

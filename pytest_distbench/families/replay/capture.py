@@ -8,11 +8,12 @@ Flight Recorder is NCCL's only, the profiler's execution trace is heavy and its 
 change between releases, and wrapping the Python functions misses DDP's C++ calls.
 
 The wait structure is rebuilt from when each call completed (its Work's future, where the
-backend gives one): a call is waited before the first call this rank issued after it
-completed, so a synchronous call is waited at once and an overlapped one (DDP's buckets
-during backward) where the program had it done. Point-to-point calls whose completion the
-backend does not report are waited together before the next collective, so a replay of an
-exchange (isend, irecv) cannot deadlock.
+backend gives one; a collective whose Work has none, such as gloo's reduce_scatter_tensor, is
+waited for by a watcher thread that notes when it returns): a call is waited before the first
+call this rank issued after it completed, so a synchronous call is waited at once and an
+overlapped one (DDP's buckets during backward) where the program had it done.
+Point-to-point calls whose completion the backend does not report are waited together before
+the next collective, so a replay of an exchange (isend, irecv) cannot deadlock.
 
     with pytest_distbench.capture("trace/", steps=[1, 2]):
         for step in range(3):
@@ -22,6 +23,7 @@ exchange (isend, irecv) cannot deadlock.
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import time
@@ -34,7 +36,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import trace as fmt
-from .schedule import implied_wait
+from .timeline import with_waits
 
 _REDUCE_OPS = {0: "sum", 1: "avg", 2: "product", 3: "min", 4: "max", 5: "band", 6: "bor",
                7: "bxor", 8: "premul_sum"}
@@ -64,8 +66,8 @@ class _Mode(TorchDispatchMode):
             return func(*args, **kwargs)
         issued = time.perf_counter()
         out = func(*args, **kwargs)
-        self._recorder._record(func.__name__.split(".")[0],
-                               args, out, issued)
+        self._recorder._record(func.__name__.split(".")[0], args, out, issued,
+                               time.perf_counter())
         return out
 
 
@@ -88,6 +90,10 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         self._mode: _Mode | None = None
         self._hook: Any = None
         self._start = 0.0
+        self._step_began = 0.0  # when the current step began, from the capture's start
+        self._spans: dict[int, tuple[float, float]] = {}  # wanted step -> (start_s, end_s)
+        self._watched: queue.Queue | None = None
+        self._watch_thread: threading.Thread | None = None
         self._finished = False
         self._created = False
 
@@ -116,6 +122,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
 
     def step(self) -> None:
         """The current step ended; once the last wanted step has, the trace is written."""
+        self._end_step()
         self.step_index += 1
         if self.steps is not None and self.step_index > self.steps[-1]:
             self.finish()
@@ -125,6 +132,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         nothing was written (no call recorded; rank 0 also says it on stderr unless `quiet`),
         None when the trace was."""
         if self._stop():
+            if self._watch_thread is not None:  # every watched completion in before writing
+                self._watch_thread.join(timeout=60)
             self.reason = self._write()
             if self.reason and dist.get_rank() == 0 and not self.quiet:
                 print(f"pytest_distbench.capture: {self.reason}", file=sys.stderr)
@@ -145,6 +154,12 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         if self._finished:
             return False
         self._finished = True
+        with self._lock:
+            partial = any(p.call["step"] == self.step_index for p in self._pending)
+        if partial:  # ended before its optimizer.step(): its span ends here
+            self._end_step()
+        if self._watched is not None:  # the watcher ends once the calls it holds are done
+            self._watched.put(None)
         if self._hook is not None:
             self._hook.remove()
         if self._mode is not None:
@@ -163,7 +178,13 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
     def _wanted(self) -> bool:
         return self.steps is None or self.step_index in self.steps
 
-    def _record(self, op: str, args: tuple, out: Any, issued: float) -> None:
+    def _end_step(self) -> None:
+        now = round(time.perf_counter() - self._start, 9)
+        if self._wanted():
+            self._spans[self.step_index] = (self._step_began, now)
+        self._step_began = now
+
+    def _record(self, op: str, args: tuple, out: Any, issued: float, returned: float) -> None:
         if self._finished or not self._wanted():
             return
         try:
@@ -174,7 +195,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 self._skipped.append(f"rank {dist.get_rank()} step {self.step_index}: {why}")
             return
         entries = [_Pending({**c, "step": self.step_index,
-                             "issued_s": round(issued - self._start, 9)}, group)
+                             "issued_s": round(issued - self._start, 9),
+                             "returned_s": round(returned - self._start, 9)}, group)
                    for c in calls]
         for entry in entries:
             call = entry.call
@@ -183,17 +205,30 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                     call[key] = group[call[key]]
         with self._lock:
             self._pending.extend(entries)
-        work = out[-1] if isinstance(out, tuple) else out
-        try:
-            future = torch._C._distributed_c10d.Work.unbox(work).get_future()
-        except Exception:  # noqa: BLE001 - the backend does not report completion here
-            return
+        work = torch._C._distributed_c10d.Work.unbox(out[-1] if isinstance(out, tuple) else out)
 
-        def done(_: Any) -> None:
+        def done(_: Any = None) -> None:
             at = round(time.perf_counter() - self._start, 9)
             for entry in entries:
                 entry.completed_s = at
+        try:
+            future = work.get_future()
+        except Exception:  # noqa: BLE001 - the backend does not report completion here
+            # A collective's Work may be waited from a second thread; a send's or a
+            # receive's not (gloo's would consume its completion twice): those stay unknown.
+            if entries[0].call["op"] not in fmt.POINT_TO_POINT:
+                self._watcher().put((work, done))
+            return
         future.add_done_callback(done)
+
+    def _watcher(self) -> queue.Queue:
+        """The queue of (Work, done) a daemon thread waits for, in issue order."""
+        if self._watched is None:
+            self._watched = queue.Queue()
+            self._watch_thread = threading.Thread(target=_watch, args=(self._watched,),
+                                                  name="distbench-capture-watcher", daemon=True)
+            self._watch_thread.start()
+        return self._watched
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -215,10 +250,11 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         for ranks in sorted({g for theirs, _, _ in gathered for g in theirs}):
             groups[len(groups)] = ranks
         ids = {ranks: g for g, ranks in groups.items()}
-        calls = _with_waits(pending, ids)
+        calls = with_waits([fmt.Call(**p.call, group=ids[p.ranks], completed_s=p.completed_s)
+                            for p in pending])
         self.out.mkdir(parents=True, exist_ok=True)
         try:
-            fmt.write_rank(self.out, rank, calls)
+            fmt.write_rank(self.out, rank, calls, self._spans)
             dist.barrier()  # every rank file is there before the manifest says the trace is
         except BaseException:
             (self.out / fmt.rank_file(rank)).unlink(missing_ok=True)  # no partial trace
@@ -233,6 +269,19 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 source=f"pytest_distbench.capture, torch {torch.__version__}",
                 skipped=[s for _, theirs, _ in gathered for s in theirs]))
         return None
+
+
+def _watch(works: queue.Queue) -> None:
+    while True:
+        item = works.get()
+        if item is None:
+            return
+        work, done = item
+        try:
+            work.wait()
+        except Exception:  # noqa: BLE001 - the program sees the failure on its own wait
+            continue
+        done()
 
 
 class _Unknown(Exception):
@@ -303,23 +352,3 @@ def _group_ranks(args: tuple) -> tuple[int, ...]:
             group = torch._C._distributed_c10d.ProcessGroup.unbox(a)
             return tuple(dist.get_process_group_ranks(group))
     raise _Unknown("a c10d call without a process group")
-
-
-def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> list[fmt.Call]:
-    """Each call with its group id and where it is waited (see the module's docstring)."""
-    calls = []
-    n = len(pending)
-    ops = [p.call["op"] for p in pending]
-    for i, p in enumerate(pending):
-        c = p.call
-        step_end = next((j for j in range(i + 1, n) if pending[j].call["step"] != c["step"]), n)
-        if p.completed_s is not None:
-            wait = next((j for j in range(i + 1, step_end)
-                         if pending[j].call["issued_s"] >= p.completed_s), None)
-        else:
-            wait = implied_wait(ops, i, step_end)
-        if wait is None and step_end < n:
-            wait = step_end  # waited by the step's end: before the next step's first call
-        calls.append(fmt.Call(**c, group=ids[p.ranks], wait_before=wait,
-                              completed_s=p.completed_s))
-    return calls

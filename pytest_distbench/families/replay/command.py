@@ -1,5 +1,7 @@
 """`pytest-distbench capture --out DIR [--steps 1,2] -- LAUNCH...`: run a launch with every
-rank capturing its communication (launched.py), then check the trace it wrote.
+rank capturing its communication (launched.py), then check the trace it wrote; or
+`pytest-distbench capture --out DIR --from-profiler FILE...`: the per-rank torch.profiler
+Chrome traces of a run turned into the trace (profiler.py).
 
 The command claims DIR before anything runs: it makes it (or takes an empty one) and holds an
 flock on a claim file there for the whole launch, so a second capture into DIR is refused
@@ -16,9 +18,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import profiler
 from . import trace as fmt
 from .launched import CAPTURING, NOTES, OUT, STEPS
 from .reading import read
+from .timeline import with_waits
 
 BOOT = Path(__file__).with_name("boot")
 # A Python interpreter's options that keep the capture hook (boot/, on PYTHONPATH) from
@@ -56,11 +60,38 @@ def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[i
         return code or 1, f"the trace written is not one: {e}"
     finally:
         _release(Path(out), claim, created, keep=written)
+    return code, _wrote(out, trace)
+
+
+def from_profiler(out: str, steps: Sequence[int] | None, files: Sequence[str]
+                  ) -> tuple[int, str]:
+    """The trace of `files` (one profiler file per rank) written to `out`, keeping `steps`
+    (all if None): (exit code, one line saying what was written or what is wrong)."""
+    try:
+        fmt.refuse_existing(out, create=False)
+        trace = profiler.load(files, name=Path(out).name)
+        if steps:
+            missing = sorted(set(steps) - set(trace.steps))
+            if missing:
+                raise fmt.TraceError(f"--steps: step {missing[0]} is not in the profiler files "
+                                     f"(they hold steps {trace.steps})")
+            trace.calls = {r: with_waits([c for c in cs if c.step in steps])
+                           for r, cs in trace.calls.items()}
+            trace.spans = {r: {s: v for s, v in sp.items() if s in steps}
+                           for r, sp in trace.spans.items()}
+            trace.steps = sorted(steps)
+        fmt.write(trace, out)
+        read(out)
+    except fmt.TraceError as e:
+        return 2, str(e)
+    return 0, _wrote(out, trace)
+
+
+def _wrote(out: str, trace: fmt.Trace) -> str:
     calls = sum(len(c) for c in trace.calls.values())
-    line = (f"wrote {out}: {trace.world_size} ranks, steps {trace.steps}, {calls} calls"
+    return (f"wrote {out}: {trace.world_size} ranks, steps {trace.steps}, {calls} calls"
             + (f", {len(trace.skipped)} not replayable (listed in the manifest)"
                if trace.skipped else ""))
-    return code, line
 
 
 def _claim(out: Path) -> tuple[int, bool]:

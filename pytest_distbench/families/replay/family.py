@@ -15,16 +15,17 @@ from .options import SETTINGS, SUITES
 Record = dict[str, Any]
 
 STEP_HEADERS = ["trace", "ranks used", "steps", "calls", "bytes/rank", "p50 (ms) ± 95% CI",
-                "algbw (GB/s)", "#wrong"]
-BREAKDOWN_HEADERS = ["op", "group", "size", "calls", "bytes", "us/call", "time %",
-                     "algbw (GB/s)", "busbw (GB/s)"]
+                "original (ms)", "ratio", "algbw (GB/s)", "#wrong"]
+BREAKDOWN_HEADERS = ["op", "group", "size", "calls", "bytes", "us/call", "original us/call",
+                     "ratio", "time %", "algbw (GB/s)", "busbw (GB/s)"]
 NOTE = ("# one iteration = one replay of every captured step's calls; bytes/rank = the busiest "
         "rank's bytes per replay (nccl-tests' size of each call); breakdown over all the "
         "trace's ranks per replay: a call's time runs from its issue to the end of its wait "
         "(replays after the first, every iteration of the run); time % = share of the summed "
         "call times; algbw = bytes / time, busbw = algbw x the nccl-tests factor of the op "
         "and group size (- where no data moves: an in-place all_reduce, broadcast or reduce in a "
-        "group of one rank); GB/s = 1e9 B/s, sizes in binary units")
+        "group of one rank); original = the captured step (its calls: issue to the backend's "
+        "completion), ratio = replay / original; GB/s = 1e9 B/s, sizes in binary units")
 
 
 def size_bucket(low: int) -> str:
@@ -43,10 +44,15 @@ def _step_row(r: Record) -> list[Any]:
     p50 = (r.get("summary") or {}).get("p50")
     nbytes = r.get("nbytes") or 0
     algbw = nbytes / p50 / 1e9 if p50 and nbytes else None
+    original = f.get("original_s")
     return [printable(f.get("trace", "-")), f.get("trace_ranks", "-"), f.get("steps", "-"),
             f.get("calls", "-"), units.format_size(nbytes),
-            ci.with_pct(_ms(p50), ci.p50_pct(r), r), _gbps(algbw),
-            "N/A" if r.get("wrong") is None else r["wrong"]]
+            ci.with_pct(_ms(p50), ci.p50_pct(r), r), _ms(original), _ratio(p50, original),
+            _gbps(algbw), "N/A" if r.get("wrong") is None else r["wrong"]]
+
+
+def _ratio(replayed: float | None, original: float | None) -> str:
+    return "-" if not replayed or not original else f"{replayed / original:.2f}"
 
 
 def _gbps(value: float | None) -> str:
@@ -60,9 +66,14 @@ def _breakdown_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out = []
     for b in rows:
         share = b.get("share")
+        known, original = b.get("original_calls") or 0, b.get("original_seconds")
         out.append([printable(b["op"]), b["group_size"], size_bucket(b["bucket"]), b["calls"],
                     units.format_size(b["bytes"]),
                     units.format_duration_us(b["seconds"] / b["calls"]) if b["calls"] else "-",
+                    units.format_duration_us(original / known) + ("" if known == b["calls"]
+                                                                  else f" ({known} known)")
+                    if known and original is not None else "-",
+                    "-" if b.get("ratio") is None else f"{b['ratio']:.2f}",
                     "-" if share is None else f"{share * 100:.1f}",
                     _gbps(b.get("algbw_gbps")), _gbps(b.get("busbw_gbps"))])
     return out
@@ -70,6 +81,17 @@ def _breakdown_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
 
 def _notes(f: dict[str, Any]) -> str:
     lines = []
+    if f.get("gaps_how"):
+        asked = f.get("gaps_asked")
+        lines.append(f"# gaps between the calls: {f['gaps_how']}"
+                     + (f" (asked: {asked})" if asked and asked != f.get("gaps") else "")
+                     + (f"; {_ms(f['gap_s'])} ms per iteration in the busiest rank"
+                        if f.get("gap_s") else ""))
+    if f.get("gaps_blind"):
+        lines.append(f"# not in the gaps: {'; '.join(f['gaps_blind'])}")
+    if f.get("original_how"):
+        lines.append(f"# original: the captured steps, slowest rank, from the "
+                     f"{f['original_how']}")
     if f.get("skipped"):
         lines.append(f"# not replayed (ops the capture could not record): "
                      f"{'; '.join(f['skipped'])}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from pytest_distbench import units
 from pytest_distbench.registry import Setting
 
-from . import trace
+from . import gapwork, trace
 from .reading import is_any_trace, read
 
 SUITES = Path(__file__).resolve().parents[2] / "suites"  # the built-in suites, shipped traces
@@ -44,4 +44,9 @@ SETTINGS: tuple[Setting, ...] = (
             "replay captured traces as tests, alone collecting "
             "suites/replay/test_replay.py: trace directories or directories of them, comma "
             "separated, checked at the session's start", scope="session", metavar="DIR[,DIR...]"),
+    Setting("replay_gaps", "--distbench-replay-gaps", gapwork.DEFAULT, gapwork.parse_mode,
+            "what each replaying rank does between its calls, for as long as the captured "
+            "step did: busy (cpu in a CPU world, gpu in a CUDA one), cpu (matrix products), "
+            "gpu (a spinning kernel), idle (sleep), or off (the calls back to back)",
+            metavar="|".join(gapwork.MODES)),
 )

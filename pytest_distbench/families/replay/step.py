@@ -8,7 +8,9 @@
 
 One timed iteration replays every call of the trace's captured steps, in the recorded order,
 with the recorded async/wait structure, on buffers allocated once with the recorded shapes and
-dtypes. The trace's process groups are made in every rank of the world (new_group is
+dtypes, and, between the calls, the rank's own work for as long as the original did it
+(timeline.py measures it, gapwork.py does it: idle, busy on the CPU or on the GPU). The
+trace's process groups are made in every rank of the world (new_group is
 collective over the world), and destroyed when the test ends, so a persistent world does not
 gather groups from test to test. A world larger than the trace's runs it on its first ranks;
 the others only keep in step.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +32,18 @@ import torch.distributed as dist
 from ... import units
 from ...harness.ranks.pressure import memory_available
 from ...results.rendering.fit import printable
+from . import gapwork, timeline
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
 from .options import SUITES
 from .reading import read
-from .schedule import due_points, waits_before
+from .timeline import waits_at
 from .trace import Call, Trace, TraceError
 
 FAMILY = "replay"
 SHIPPED = SUITES / "traces"
 
-__all__ = ["FAMILY", "SHIPPED", "replay", "trace_params", "unchecked"]
+__all__ = ["FAMILY", "SHIPPED", "gaps_setting", "replay", "trace_params", "unchecked"]
 
 # Reduce ops replayed as another that moves the same bytes: premul_sum needs a scalar the trace
 # does not keep and exists on NCCL only.
@@ -63,15 +66,29 @@ def trace_params(config: pytest.Config) -> list[Any]:
     return [pytest.param(d, id=Path(d).name) for d in chosen]
 
 
+def gaps_setting(config: pytest.Config, node: Any) -> str:
+    """The test's --distbench-replay-gaps, as the controller resolved it."""
+    from ...settings import of_test
+
+    return of_test(config, node).replay_gaps
+
+
 def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
-           name: str | None = None) -> None:
-    """Replay `trace` (a Trace or its directory) in this rank and measure it.
+           name: str | None = None, gaps: str = gapwork.DEFAULT) -> None:
+    """Replay `trace` (a Trace or its directory) in this rank and measure it. `gaps`: what each
+    rank does between its calls for the time the original did it (gapwork.MODES: busy, the
+    default, is cpu in a CPU world and gpu in a CUDA one; off replays the calls back to
+    back).
 
     From a directory, each rank reads the manifest and its own calls only; rank 0 also checks
     the whole trace, one rank file at a time (docs/replay-trace-format.md, "Memory"). Every
     rank's verdict is shared before any allocates or fails: one rank refusing alone would
     leave the others waiting for it in new_group."""
     rank, world = distbench.rank, distbench.world_size
+    try:
+        mode = gapwork.resolve(gapwork.parse_mode(gaps), distbench.device.type)
+    except ValueError as exc:
+        pytest.fail(f"replay gaps: {exc}", pytrace=False)
     problem: str | None = None
     if not isinstance(trace, Trace):
         try:
@@ -92,11 +109,41 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
         trace.world_size, summaries)
     if problem:
         pytest.fail(f"trace {shown}: {problem}", pytrace=False)
+    # Each rank rebuilds its own gaps and original time; every rank learns all of them, so
+    # all run gaps or none (a busy worker calibrates with every rank at once).
+    mine = timeline.RankTimes.of(trace.calls.get(rank, []), trace.spans.get(rank))
+    everyone = [None] * world
+    dist.all_gather_object(everyone, mine, group=distbench.group)
+    times: list[timeline.RankTimes] = everyone[:trace.world_size]
+    why_none = "off" if mode == "off" else next(
+        (t.gaps for t in times if isinstance(t.gaps, str)), "")
+    work = gapwork.worker("off" if why_none else mode, distbench.device,
+                          lambda: dist.barrier(group=distbench.group))
     groups = _Groups(distbench, trace)
     try:
-        _measure(distbench, trace, groups, name, summaries[:trace.world_size])
+        _measure(distbench, trace, groups, name, summaries[:trace.world_size], work,
+                 mine.gaps if not why_none else None,
+                 _timing_figures(times, work, why_none, gaps))
     finally:
         groups.destroy()
+
+
+def _timing_figures(times: list[timeline.RankTimes], work: gapwork.Worker, why_none: str,
+                    asked: str) -> dict[str, Any]:
+    """The record's figures on the gaps the ranks ran and on the original's time."""
+    gaps = [t.gaps for t in times if not isinstance(t.gaps, str)]
+    originals = [t.original for t in times]
+    known = bool(originals) and all(o is not None for o in originals)
+    return {
+        "gaps": work.mode, "gaps_asked": asked,
+        "gaps_how": work.describe() if why_none in ("", "off") else f"none: {why_none}",
+        "gaps_blind": sorted({b for g in gaps for b in g.blind}) if not why_none else [],
+        "gap_s": max((g.total for g in gaps), default=0.0) if not why_none else 0.0,
+        # The original's time for the captured steps (the slowest rank's), and how known.
+        "original_s": max(o for o in originals if o is not None) if known else None,
+        "original_how": (timeline.SPANS if all(t.spanned for t in times)
+                         else timeline.CALLS) if known else None,
+    }
 
 
 class _Summary:
@@ -122,10 +169,13 @@ class _Summary:
 
 
 def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
-             summaries: list[_Summary]) -> None:
+             summaries: list[_Summary], work: gapwork.Worker,
+             gaps: timeline.Gaps | str | None, timing: dict[str, Any]) -> None:
     rank = distbench.rank
     players = list(range(trace.world_size))
-    replayer = _Replayer(trace, rank, groups, distbench.device) if rank in players else None
+    replayer = (_Replayer(trace, rank, groups, distbench.device, work,
+                          gaps if isinstance(gaps, timeline.Gaps) else None)
+                if rank in players else None)
     step = replayer.step if replayer is not None else _idle
     nbytes = max(s.step_bytes for s in summaries)  # the busiest rank's bytes per replay
     figures: dict[str, Any] = {
@@ -137,6 +187,8 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
         "calls_per_rank": max(s.calls for s in summaries),
         "bytes": nbytes, "skipped": list(trace.skipped),
         "unchecked": sorted(frozenset().union(*(s.unchecked for s in summaries))),
+        # What the ranks did between their calls, and why where nothing; the original's time.
+        **timing,
         # Filled by check(), after the timed iterations: measure() keeps this very list.
         "breakdown": [],
     }
@@ -256,7 +308,8 @@ class _Replayer:
     """One rank's calls, ready to issue: buffers allocated once, each call's issue prepared,
     the waits placed where the trace waited."""
 
-    def __init__(self, trace: Trace, rank: int, groups: _Groups, device: torch.device) -> None:
+    def __init__(self, trace: Trace, rank: int, groups: _Groups, device: torch.device,
+                 work: gapwork.Worker, gaps: timeline.Gaps | None) -> None:
         self.trace, self.rank = trace, rank
         self.calls = trace.calls[rank]
         self.inputs = [[_empty(b, device) for b in c.inputs] for c in self.calls]
@@ -268,10 +321,15 @@ class _Replayer:
         self.waits_at = waits_at(self.calls)
         self.spent = [0.0] * len(self.calls)
         self.replays = 0
+        self.fill = gapwork.Paced(work)
+        self.before = list(gaps.before) if gaps else [0.0] * len(self.calls)
+        self.after = gaps.after if gaps else 0.0
 
     def step(self) -> None:
         clock = time.perf_counter
         issues, waits_at, spent = self.issues, self.waits_at, self.spent
+        fill, before = self.fill, self.before
+        fill.reset()
         works: list[Any] = [None] * len(issues)
         issued = [0.0] * len(issues)
         for i, issue in enumerate(issues):
@@ -279,22 +337,24 @@ class _Replayer:
                 for work in works[k]:
                     work.wait()
                 spent[k] += clock() - issued[k]
+            fill(before[i])  # the work the rank did before this call
             issued[i] = clock()
             works[i] = issue()
         for k in waits_at[len(issues)]:
             for work in works[k]:
                 work.wait()
             spent[k] += clock() - issued[k]
+        fill(self.after)
         self.replays += 1
         if self.replays == 1:
             # The first replay makes the groups' connections: not what a step costs.
             spent[:] = [0.0] * len(spent)
 
-    def timed(self) -> list[tuple[str, int, int, float]]:
-        """(op, group size, bytes, mean seconds per replay) of each call, replays after the
-        first."""
+    def timed(self) -> list[tuple[str, int, int, float, float | None]]:
+        """(op, group size, bytes, mean seconds per replay, the original's seconds) of each
+        call, replays after the first."""
         replays = max(1, self.replays - 1)
-        return [(c.op, len(m), c.nbytes, s / replays)
+        return [(c.op, len(m), c.nbytes, s / replays, timeline.original_seconds(c))
                 for c, m, s in zip(self.calls, self.members, self.spent, strict=True)]
 
     def check(self) -> int:
@@ -304,15 +364,13 @@ class _Replayer:
                 t.fill_(_value(self.rank, t))
             for t in outs:
                 t.zero_()
-        self.step()
+        fill, self.fill = self.fill, gapwork.Paced(gapwork.Worker())  # no gaps in the check
+        try:
+            self.step()
+        finally:
+            self.fill = fill
         return sum(_wrong(c, self.rank, m, ins, outs) for c, m, ins, outs in zip(
             self.calls, self.members, self.inputs, self.outputs, strict=True))
-
-
-def waits_at(calls: Sequence[Call]) -> list[list[int]]:
-    """For each call index i (and len(calls): the step's end), the calls to wait for before
-    issuing call i: the rule the hang check plays out (schedule.due_points)."""
-    return waits_before(due_points([c.op for c in calls], [c.wait_before for c in calls]))
 
 
 def _empty(buffer: trace_format.Buffer, device: torch.device) -> torch.Tensor:

@@ -31,7 +31,11 @@ from .fields import (
 from .schedule import POINT_TO_POINT
 
 FORMAT = "pytest-distbench-trace"
-VERSION = 1
+# 2 adds each call's `returned_s` and each rank's step spans (`steps`): what the work between
+# the calls is rebuilt from (timeline.py). Version 1 traces still read, their gaps rebuilt from
+# their issue and completion times alone.
+VERSION = 2
+OLDEST = 1
 MANIFEST = "manifest.json"
 
 DTYPE_BYTES = {
@@ -77,8 +81,9 @@ class Call:
 
     `wait_before` is where the program waited for it: before the call of that index (its own
     index + 1 for a call waited at once: a synchronous call), or None: at the trace's end.
-    Times are host seconds from the capture's start: issued (the call entered), completed
-    (the transport finished it; None where the backend does not say)."""
+    Times are host seconds from the capture's start: issued (the call entered), returned (its
+    issue returned to the program), completed (the transport finished it; None where the
+    backend does not say)."""
 
     op: str
     group: int
@@ -91,6 +96,7 @@ class Call:
     step: int = 0
     issued_s: float | None = None
     completed_s: float | None = None
+    returned_s: float | None = None
 
     @property
     def nbytes(self) -> int:
@@ -111,6 +117,9 @@ class Trace:
     source: str = "capture"
     # Calls the format cannot replay, listed rather than dropped: "rank 1 call 7: c10d.foo".
     skipped: list[str] = field(default_factory=list)
+    # rank -> step -> (start_s, end_s) on that rank's clock: when each captured step began
+    # (the previous one ended) and ended (its optimizer.step()); empty where not recorded.
+    spans: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
 
     def memory_bytes(self, rank: int) -> int:
         """The buffers a replay allocates in `rank` (every call's own, allocated once)."""
@@ -141,7 +150,7 @@ def write(trace: Trace, directory: str | os.PathLike[str]) -> Path:
     there is refused rather than mixed with this one."""
     out = refuse_existing(directory)
     for rank, calls in sorted(trace.calls.items()):
-        write_rank(out, rank, calls)
+        write_rank(out, rank, calls, trace.spans.get(rank))
     write_manifest(out, trace)
     return out
 
@@ -159,10 +168,14 @@ def refuse_existing(directory: str | os.PathLike[str], create: bool = True) -> P
     return out
 
 
-def write_rank(directory: Path, rank: int, calls: list[Call]) -> None:
-    _write_json(directory / rank_file(rank), {
-        "format": FORMAT + "-rank", "version": VERSION, "rank": rank,
-        "calls": [_call_json(c) for c in calls]})
+def write_rank(directory: Path, rank: int, calls: list[Call],
+               spans: dict[int, tuple[float, float]] | None = None) -> None:
+    data: dict[str, Any] = {"format": FORMAT + "-rank", "version": VERSION, "rank": rank,
+                            "calls": [_call_json(c) for c in calls]}
+    if spans:
+        data["steps"] = [{"step": s, "start_s": a, "end_s": b}
+                         for s, (a, b) in sorted(spans.items())]
+    _write_json(directory / rank_file(rank), data)
 
 
 def write_manifest(directory: Path, trace: Trace) -> None:
@@ -215,7 +228,7 @@ def load(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
     where = str(manifest_path)
     m = Fields(read_json(manifest_path, root), where)
     m.string("format", (FORMAT,), repr(FORMAT))
-    m.integer("version", VERSION, VERSION, str(VERSION))
+    m.integer("version", OLDEST, VERSION, _versions())
     world = m.integer("world_size", 1, MAX_WORLD_SIZE, f"a world size of 1..{MAX_WORLD_SIZE}")
     name = m.string("name", default=None) or root.resolve().name
     groups = _groups(m, world)
@@ -238,10 +251,13 @@ def load(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
         if files[str(r)] != rank_file(r):
             raise m.fail(f"ranks.{r}", f"expected {rank_file(r)!r}, the rank's file name in "
                          f"the trace directory, got {type_name(files[str(r)])}")
-        calls = _rank_calls(root / rank_file(r), root, r, world, groups)
+        spans: dict[int, tuple[float, float]] = {}
+        calls = _rank_calls(root / rank_file(r), root, r, world, groups, spans)
         if wanted:
             calls = list(calls)
             trace.calls[r] = calls
+            if spans:
+                trace.spans[r] = spans
         if check:  # a rank not kept: each call dropped once its schedule entry is made
             schedules[r] = schedule_of(calls)
     if check:
@@ -273,13 +289,15 @@ def schedule_of(calls: Iterable[Call]) -> schedule.Schedule:
 
 
 def _rank_calls(path: Path, root: Path, rank: int, world: int,
-                groups: dict[int, tuple[int, ...]]) -> Iterator[Call]:
-    """The rank file's calls, each checked as it is made."""
+                groups: dict[int, tuple[int, ...]],
+                spans: dict[int, tuple[float, float]]) -> Iterator[Call]:
+    """The rank file's calls, each checked as it is made; its step spans into `spans`."""
     where = str(path)
     data = Fields(read_json(path, root), where)
-    data.integer("version", VERSION, VERSION, str(VERSION))
+    data.integer("version", OLDEST, VERSION, _versions())
     data.integer("rank", rank, rank, f"{rank} (the manifest's)")
     raw = data.value("calls", lambda v: isinstance(v, list), "a list")
+    spans.update(_spans(data, where))
     n = len(raw)
     del data  # the parsed file goes as its calls do
     for i in range(n):
@@ -314,7 +332,29 @@ def _call(item: Fields, rank: int, world: int, groups: dict[int, tuple[int, ...]
                 wait_before=item.integer("wait_before", what="a call index or null",
                                          default=None),
                 step=item.integer("step", what="a step index", default=0),
-                issued_s=item.seconds("issued_s"), completed_s=item.seconds("completed_s"))
+                issued_s=item.seconds("issued_s"), completed_s=item.seconds("completed_s"),
+                returned_s=item.seconds("returned_s"))
+
+
+def _spans(data: Fields, where: str) -> dict[int, tuple[float, float]]:
+    """A rank file's `steps` (version 2): each captured step's start and end on the rank's
+    clock."""
+    spans: dict[int, tuple[float, float]] = {}
+    raw = data.value("steps", lambda v: isinstance(v, list), "a list of step spans", [])
+    for i, item in enumerate(raw):
+        span = Fields(item, where, f"steps[{i}].")
+        step = span.value("step", lambda v: index(v) and v not in spans,
+                          "a step index not given before")
+        start, end = span.seconds("start_s"), span.seconds("end_s")
+        if start is None or end is None or end < start:
+            raise data.fail(f"steps[{i}]", "expected start_s and end_s in seconds, end not "
+                            "before start")
+        spans[step] = (start, end)
+    return spans
+
+
+def _versions() -> str:
+    return " or ".join(str(v) for v in range(OLDEST, VERSION + 1))
 
 
 def _buffers(item: Fields, key: str) -> tuple[Buffer, ...]:

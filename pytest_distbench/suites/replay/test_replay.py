@@ -5,12 +5,13 @@
 
 Runs every trace of ``--distbench-replay=DIR[,DIR...]`` (the option alone collects this
 suite), or without it the shipped trace (suites/traces/), each in the whole world (a trace of
-N ranks replays on ranks 0..N-1; a smaller world skips).
+N ranks replays on ranks 0..N-1; a smaller world skips), with the gaps between the calls
+that ``--distbench-replay-gaps`` asks for (default busy).
 """
 
 import pytest
 
-from pytest_distbench.families.replay.step import replay, trace_params
+from pytest_distbench.families.replay.step import gaps_setting, replay, trace_params
 
 pytestmark = pytest.mark.distbench
 
@@ -20,5 +21,10 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("trace", trace_params(metafunc.config))
 
 
-def test_replay(distbench, trace):
-    replay(distbench, trace)
+@pytest.fixture
+def replay_gaps(request):
+    return gaps_setting(request.config, request.node)
+
+
+def test_replay(distbench, trace, replay_gaps):
+    replay(distbench, trace, gaps=replay_gaps)
