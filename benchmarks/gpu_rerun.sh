@@ -69,6 +69,16 @@ step bench_cuda_timing 150 "$PY" benchmarks/bench_cuda_timing.py \
 step ws2_one_gpu 25 "$PY" -m pytest -p no:cacheprovider -q --distbench --backend=nccl \
     --world-size=2 --pyargs pytest_distbench.suites.test_collectives -k all_reduce \
     --tensor-size=1KiB
+# Issue 42: a one-rank DDP step of the user's (TRAIN_STEP, e.g. the shared README's
+# train_gpu.py) captured, then replayed with the GPU busy through its gaps and with no gaps.
+if [[ -n "${TRAIN_STEP:-}" && -f "$TRAIN_STEP" ]]; then
+    step capture_ddp 60 "$PY" -m pytest_distbench.cli capture --out "$LOGS/trace" \
+        -- "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 "$TRAIN_STEP"
+    for gaps in gpu off; do
+        step "replay_$gaps" 45 "$PY" -m pytest -p no:cacheprovider --distbench --backend=nccl \
+            --world-size=1 --distbench-replay="$LOGS/trace" --distbench-replay-gaps=$gaps
+    done
+fi
 step gpu_tests 90 "$PY" -m pytest -p no:cacheprovider -q -k "(cuda or nccl or gpu) and not docs" \
     tests
 
@@ -117,6 +127,13 @@ tail -4 "$LOGS/ws2_one_gpu.txt" 2>/dev/null | tee -a "$SUMMARY"
 say ""
 say "== tests"
 tail -3 "$LOGS/gpu_tests.txt" 2>/dev/null | tee -a "$SUMMARY"
+for name in capture_ddp replay_gpu replay_off; do
+    [[ -f "$LOGS/$name.txt" ]] || continue
+    say ""
+    say "== $name"
+    grep -E "wrote trace|replay|gaps|original|passed|failed|error" "$LOGS/$name.txt" |
+        tail -12 | tee -a "$SUMMARY"
+done
 say ""
 say "total $((SECONDS - STARTED)) s"
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"
