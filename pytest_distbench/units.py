@@ -333,8 +333,9 @@ def figure_cell(value: float | None) -> str:
     return "-" if value is None else format_figure(value)
 
 
-def parse_count(minimum: int) -> Callable[[str], int]:
-    """A parser of integers >= minimum, for settings that are counts."""
+def parse_count(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """A parser of integers >= minimum (and <= maximum, if given), for settings that are
+    counts."""
 
     def parse(text: str) -> int:
         try:
@@ -343,6 +344,8 @@ def parse_count(minimum: int) -> Callable[[str], int]:
             raise ValueError(f"invalid count {text!r}: expected an integer") from None
         if value < minimum:
             raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"invalid count {text!r}: must be <= {maximum}")
         return value
 
     return parse

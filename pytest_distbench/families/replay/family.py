@@ -7,11 +7,10 @@ from typing import Any
 
 from ... import units
 from ...registry import Family
+from ...results.document.record import Record
 from ...results.rendering import ci, fit
 from .breakdown import BUCKET_BASE
 from .options import SETTINGS, SUITES
-
-Record = dict[str, Any]
 
 STEP_HEADERS = ["trace", "ranks used", "steps", "calls", "bytes/rank", "p50 (ms) ± 95% CI",
                 "algbw (GB/s)", "#wrong"]

@@ -16,6 +16,7 @@ from typing import Any, get_args
 from ..document.history import p50_runs
 from ..document.record import Record
 from ..document.schema import records
+from ..document.session_intervals import headline_interval
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
 from ..statistics.unpaired import (
@@ -171,16 +172,9 @@ def judge_records(
 
 
 def _intervals_overlap(base: dict[str, Any], cur: dict[str, Any]) -> bool:
-    bounds = []
-    for record in (base, cur):
-        # The session interval; where the session could not measure its noise (a launcher,
-        # a point judged before its group was revisited), the run's own.
-        ci = record.get("p50_ci") or {}
-        if ci.get("low") is None:
-            ci = record.get("sampling_ci") or {}
-        if ci.get("low") is None or ci.get("high") is None:
-            return False
-        bounds.append((ci["low"], ci["high"]))
+    bounds = [headline_interval(record) for record in (base, cur)]
+    if bounds[0] is None or bounds[1] is None:
+        return False
     (base_low, base_high), (cur_low, cur_high) = bounds
     return base_low <= cur_high and cur_low <= base_high
 
