@@ -119,8 +119,10 @@ def pooled_run_noise(runs_by_point: Mapping[Hashable, Sequence[float]],
 def own_spread_points(runs_by_point: Mapping[Hashable, Sequence[float]]) -> set[Hashable]:
     """The points whose runs are their own story: in different regimes (regimes()), or spread
     more than OWN_SPREAD_RATIO times the pooled spread of the other points of their stratum
-    (one flip among many quiet pairs must not set everyone's noise)."""
-    own = {p for p, values in runs_by_point.items() if len(regimes(values)) > 1}
+    (one flip among many quiet pairs must not set everyone's noise). Only ever a minority of
+    the points run twice: where most of them flip, flipping is the stratum's noise (none)."""
+    revisited = [p for p, values in runs_by_point.items() if _squares(values)[1]]
+    own = {p for p in revisited if len(regimes(runs_by_point[p])) > 1}
     for point, values in runs_by_point.items():
         squares, dof = _squares(values)
         if point in own or not dof:
@@ -129,7 +131,7 @@ def own_spread_points(runs_by_point: Mapping[Hashable, Sequence[float]]) -> set[
         if others is not None and math.sqrt(squares / dof) > OWN_SPREAD_RATIO * max(
                 others.sd_log, SPREAD_FLOOR):
             own.add(point)
-    return own
+    return own if 2 * len(own) <= len(revisited) else set()
 
 
 def session_interval(figure: float, sampling: tuple[float, float] | None,
