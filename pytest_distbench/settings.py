@@ -149,7 +149,7 @@ def _switch(name: str, option: str, help: str) -> Setting:
 MAX_REVISITS = 64
 _RUN_AND_OUTPUTS = (
     _switch("run", "--distbench", "run distbench benchmarks (without it they are skipped)"),
-    _session("revisits", "--distbench-revisits", "4", parse_count(0, MAX_REVISITS),
+    _session("revisits", "--distbench-revisits", "5", parse_count(0, MAX_REVISITS),
              "runs of earlier points repeated later in the session, per family, world size, "
              "run length and time scale: they measure the run-to-run noise every printed ± "
              f"carries (at most {MAX_REVISITS}); 0: none, and each ± is the run's own sampling "

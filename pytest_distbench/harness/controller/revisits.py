@@ -6,7 +6,7 @@ budget) and time scale (noise.time_class): the noise of one stratum is pooled ov
 of its revisited points, less those whose runs are their own story (a flip, a stall:
 noise.own_spread_points). Right after a point, the latest point of its stratum measured at
 least REVISIT_GAP_S ago is run again, at most once per REVISIT_GAP_S and `per_group` times
-per stratum (--distbench-revisits, 4 by default); a stratum the session left short gets its
+per stratum (--distbench-revisits, 5 by default); a stratum the session left short gets its
 revisits at the end of the test loop, cheapest first, unless the session was interrupted or
 stopped early. Points whose tables print no ± (registry.prints_interval) are never revisited.
 A revisit is not a test: its records only feed the noise and the point's headline (the run
@@ -39,15 +39,14 @@ from ...results.document.session_intervals import (
 from ...results.rendering.fit import wrap
 from ...results.statistics.noise import (
     RunNoise,
-    own_spread_points,
-    pooled_run_noise,
     sampling_target,
     stopped_by_noise,
+    stratum_noise,
     time_class,
 )
 
 REVISIT_GAP_S = 2.0
-PER_GROUP = 4
+PER_GROUP = 5
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
 MIN_DOF_TO_STOP = 2
 # What a record keeps of its first run when a later run becomes its headline: what was said
@@ -163,7 +162,7 @@ class Revisits:
         """The stratum's pooled noise, without the points whose runs are their own story."""
         if stratum not in self._noise:
             runs = {rid: _figures(recs) for rid, recs in self._runs.get(stratum, {}).items()}
-            self._noise[stratum] = pooled_run_noise(runs, own_spread_points(runs))
+            self._noise[stratum] = stratum_noise(runs)
         return self._noise[stratum]
 
     def evidence(self, record: Record, final: bool = False) -> Evidence:

@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 class LocalSession(Session):
     def __init__(self, force: bool = False, private_network: bool = False,
-                 revisits: int = 4) -> None:
+                 revisits: int = 5) -> None:
         """`private_network`: the worlds live in a network namespace of their own
         (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one.
         `revisits`: per group (controller/revisits.py)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .interval import LEVEL, NORMAL_975
 
 __all__ = ["RunNoise", "own_spread_points", "pooled_run_noise", "regimes", "sampling_target",
-           "session_interval", "stopped_by_noise", "t_975", "time_class"]
+           "session_interval", "stopped_by_noise", "stratum_noise", "t_975", "time_class"]
 
 # Student t 97.5 % quantiles for 1..30 degrees of freedom.
 _T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -116,6 +116,12 @@ def pooled_run_noise(runs_by_point: Mapping[Hashable, Sequence[float]],
     return RunNoise(math.sqrt(squares / dof), dof, runs, points)
 
 
+def stratum_noise(runs_by_point: Mapping[Hashable, Sequence[float]]) -> RunNoise | None:
+    """The run-to-run noise of one stratum: its points' runs pooled, less the points whose
+    runs are their own story (own_spread_points)."""
+    return pooled_run_noise(runs_by_point, own_spread_points(runs_by_point))
+
+
 def own_spread_points(runs_by_point: Mapping[Hashable, Sequence[float]]) -> set[Hashable]:
     """The points whose runs are their own story: in different regimes (regimes()), or spread
     more than OWN_SPREAD_RATIO times the pooled spread of the other points of their stratum
@@ -146,8 +152,7 @@ def session_interval(figure: float, sampling: tuple[float, float] | None,
     if sampling is not None and sampling[0] > 0 and sampling[1] > 0:
         below = max(0.0, math.log(figure / sampling[0]))
         above = max(0.0, math.log(sampling[1] / figure))
-    return (figure * math.exp(-math.hypot(below, between)),
-            figure * math.exp(math.hypot(above, between)))
+    return (figure * math.exp(-max(below, between)), figure * math.exp(max(above, between)))
 
 
 def sampling_target(target: float, noise: RunNoise | None) -> float:
