@@ -69,8 +69,9 @@ NOISE_MISSING_TEXT = {
 
 
 def missing_reason(record: Record | None, short: bool = False) -> str:
-    """Why `record` has no interval (`short`: for a table cell)."""
-    return "no ±" if short else TOO_FEW
+    """Why `record` has no interval: since every record carries at least its run's own
+    (session_intervals), too few samples for one."""
+    return TOO_FEW
 
 
 def basis_note(record: Record | None) -> str:
