@@ -143,6 +143,10 @@ def judge_records(
     if kind in ("regression", "improvement") and z is None and _intervals_overlap(base, cur):
         # Two runs whose p50 intervals overlap have not shown different p50s.
         kind = "unchanged"
+    if kind == "unchanged" and _beyond_threshold(change, threshold):
+        # Not shown to differ, yet far apart: the comparison cannot tell, which is not
+        # "unchanged" (docs/gating.md).
+        kind = "inconclusive"
     base_value = base["summary"][metric]
     cur_value = cur["summary"][metric]
     verdict = Verdict(
@@ -169,6 +173,13 @@ def judge_records(
         # cannot gate (one stored run; a spread wider than the threshold) is only "slower".
         verdict = replace(verdict, kind=UNGATED[kind])
     return verdict
+
+
+def _beyond_threshold(change: float | None, threshold: float) -> bool:
+    """Whether a change (current / baseline - 1) is larger than the threshold either way (in
+    ratio terms: +10 % slower is the same size as 1/1.1 faster)."""
+    return (change is not None and change > -1
+            and abs(math.log1p(change)) > math.log1p(threshold))
 
 
 def _intervals_overlap(base: dict[str, Any], cur: dict[str, Any]) -> bool:
