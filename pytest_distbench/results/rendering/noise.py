@@ -26,7 +26,8 @@ def noise_line(records: Sequence[Record]) -> str | None:
             strata[noise["group"]] = noise["half_width_pct"]
         elif ci.get("noise_missing"):
             missing = ci["noise_missing"]
-    parts = ", ".join(f"{stratum} ± {pct:.2g} %" for stratum, pct in
+    parts = ", ".join(f"{stratum} ± {pct:.2g} %" if pct < 10 else f"{stratum} ± {pct:.0f} %"
+                      for stratum, pct in
                       sorted(strata.items(), key=lambda kv: -kv[1]))
     if strata and missing:
         return ("each ± is the run's own sampling interval combined with the run-to-run noise "
