@@ -21,12 +21,14 @@ from pytest_distbench.results.comparison.verdict import (
     compare_documents,
     speed_difference,
 )
+from pytest_distbench.results.document import nccl_tests
 from pytest_distbench.results.document.io import (
     ResultsFileError,
     output_path_problem,
     read_document,
 )
-from pytest_distbench.results.rendering.report import FORMATS, printable, render
+from pytest_distbench.results.rendering.fit import printable
+from pytest_distbench.results.rendering.report import FORMATS, render
 from pytest_distbench.units import parse_fraction
 
 PROG = "pytest-distbench"
@@ -183,6 +185,9 @@ def _read_documents(files: list[str]) -> list[dict[str, Any]] | None:
         except ResultsFileError as exc:
             _error(str(exc))
             return None
+        described = nccl_tests.describe(docs[-1])
+        if described:  # which of nccl-tests' two timings stands beside the plugin's figures
+            print(f"{PROG}: {name}: {described}", file=sys.stderr)
     return docs
 
 
@@ -268,6 +273,7 @@ def _plot(args: argparse.Namespace) -> int:
             written = plot.plot_document(docs[0], args.out)
         else:
             labels = _labels(args.files)
+            docs = list(nccl_tests.aligned(docs[0], docs[1]))
             comparison = compare_documents(docs[0], docs[1], threshold=args.threshold,
                                            alpha=args.alpha, baseline_label=labels[0],
                                            current_label=labels[1])

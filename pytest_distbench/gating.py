@@ -195,6 +195,11 @@ def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
     from .results.comparison.verdict import speed_difference
 
     session.comparison = gate.comparison(document, of_run(config).threshold)
+    from .results.document.nccl_tests import describe
+
+    described = describe(gate.document)
+    if described:  # which of nccl-tests' two timings stands beside this run's figures
+        config.stash.setdefault(WARNINGS_KEY, []).append(f"baseline {gate.path}: {described}")
     speed = speed_difference(gate.document["distbench"]["environment"],
                              document["distbench"]["environment"])
     if speed:

@@ -273,6 +273,12 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         tr.line(render_tables(distbench.records,
                               memory=of_session(config).gpu_memory,
                               details=config.get_verbosity() >= 1))
+    if not distbench.records and distbench.reports:
+        skips = skip_lines(tr.stats.get("skipped", []))
+        if skips:  # pytest -q says only "1 skipped": the session's own summary says why
+            tr.section("distbench results")
+            for line in skips:
+                write_lines(tr, line)
     if distbench.world_starts:
         tr.line("")
         write_lines(tr, f"worlds started: {world_starts_line(distbench.world_starts)}")
@@ -292,6 +298,20 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
         tr.section("distbench digest")
         for line in digest_lines(config, distbench):
             tr.line(line)
+
+
+def skip_lines(reports: list[Any]) -> list[str]:
+    """`3 skipped: backend nccl needs CUDA: no GPU is visible`: one line per reason, the most
+    frequent first, from pytest's skip reports."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else (
+            str(longrepr or "no reason given"))
+        reason = str(reason).removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [f"{count} skipped: {reason}" for reason, count in ordered]
 
 
 def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:

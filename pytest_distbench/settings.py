@@ -22,6 +22,7 @@ from . import registry, units
 from .harness import options as harness_options
 from .harness.options import parse_bool
 from .registry import Setting
+from .results import peaks
 from .units import MAX_DURATION_S, parse_bounded_duration, parse_count
 
 __all__ = ["MAX_DURATION_S", "Setting", "parse_bounded_duration", "parse_count"]
@@ -167,6 +168,11 @@ _RUN_AND_OUTPUTS = (
             "show each rank's peak GPU memory (allocated and reserved by the caching "
             "allocator) beside its peak RSS in the result tables; every CUDA record stores "
             "them either way"),
+    _session("peak_busbw", "--distbench-peak-busbw", None, peaks.parse_declared,
+             "the bus bandwidth each backend's busbw is shown as a share of (% of peak), "
+             "e.g. nccl:370,gloo:8 or 370 for every backend, decimal GB/s; without it the "
+             "peak is measured (the host's or one GPU's copy) or published (NVLink of a "
+             "known GPU), docs/user-guide.md", metavar="BACKEND:GB/s"),
     _switch("force", "--distbench-force",
             "start worlds even when their ranks or buffers look too large for this machine's "
             "memory, task or open-file limits"),

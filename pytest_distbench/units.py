@@ -28,6 +28,11 @@ __all__ = [
 
 #: Most points one ``START:STOP:xF`` range may expand to.
 MAX_RANGE_POINTS = 4096
+# The most ranks a world may have, whoever says how many (a launcher's WORLD_SIZE, a trace's
+# world_size): far beyond any job we know of, and small enough that every count derived from
+# it fits what the store, the sockets and memory take (a world size of 10**30 overflowed in
+# listen(); a trace's built range(world) before reading a file).
+MAX_WORLD_SIZE = 65536
 
 _KIB = 1024
 _SIZE_UNITS: dict[str, int] = {

@@ -50,3 +50,21 @@ def benchmark_record(
         "stalls": 0,
         "threshold": None,
     }
+
+
+DELETE = object()  # set_at's value that removes the key
+
+
+def set_at(doc: dict, dotted: str, value: object) -> None:
+    """Damage a parsed JSON document: `a.0.b` set to `value` (DELETE removes it)."""
+    target = doc
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    last = parts[-1]
+    if value is DELETE:
+        del target[last]
+    elif isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value

@@ -195,6 +195,14 @@ def test_allocate_is_zeroed_and_in_place_aliases():
         assert (b.output is b.input) == coll.in_place, coll.name
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_only_an_in_place_call_at_one_rank_moves_no_data(world_size):
+    for coll in SIZED:
+        reason = coll.moves_no_data(world_size)
+        assert (reason is not None) == (coll.in_place and world_size == 1), coll.name
+    assert {c.name for c in SIZED if c.moves_no_data(1)} == {"all_reduce", "broadcast", "reduce"}
+
+
 # ----------------------------------------------------------------------------------------------
 # Check values, in simulated worlds
 # ----------------------------------------------------------------------------------------------
@@ -406,6 +414,7 @@ class _FakeDistbench:
         busbw_factor: float = 1.0,
         check: Callable[[], int] | None = None,
         name: str | None = None,
+        moves_no_data: str | None = None,
     ) -> None:
         assert self.record is None, "measure called twice"
         for _ in range(3):
@@ -421,6 +430,7 @@ class _FakeDistbench:
             family=family,
             busbw_factor=busbw_factor,
             wrong=wrong,
+            moves_no_data=moves_no_data,
         )
 
 

@@ -564,3 +564,56 @@ def test_ranks_agree_on_the_batch_size_and_count_from_the_slowest(tmp_path):
     # 2 ms / 50 us = 40 calls per batch (rank 0 alone would ask for 200), and 0.4 s / (40 x
     # 50 us) = 200 batches, in both ranks.
     assert got == {0: (40, 200), 1: (40, 200)}
+
+
+# -- the GPU's copy rate: measured when a CUDA world starts, the bound of its figures --------
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate_gbps=st.floats(10.0, 5000.0), nbytes=st.integers(1 << 20, 1 << 30))
+def test_the_device_probe_times_back_to_back_copies_between_events(rate_gbps, nbytes):
+    from pytest_distbench.harness.ranks import device_probe
+
+    cuda = FakeCuda(launch_gap_s=5e-6)  # a graph replays its copies without the gap
+    got = device_probe.copy_rate_gbps(lambda: cuda.work(nbytes / rate_gbps / 1e9), nbytes, cuda)
+    assert got == pytest.approx(rate_gbps, rel=1e-9)
+    assert cuda.replays == device_probe.BATCHES and cuda.event_waits == device_probe.BATCHES
+    streams = [stream for stream, _, _ in cuda.calls]  # warmed up aside, then captured once
+    assert streams == (["side"] * cuda_timing.GRAPH_WARMUP
+                       + ["capture"] * device_probe.COPIES)
+
+
+@pytest.fixture
+def device_bounds(monkeypatch):
+    from pytest_distbench.harness.environment import physical
+
+    monkeypatch.setattr(physical, "_device_copies", [])
+    monkeypatch.setattr(physical, "_best", [physical.MachineBounds(copy_gbps=1.0,
+                                                                   round_trip_s=1e-5)])
+    return physical
+
+
+def test_a_cuda_world_s_probe_fails_its_impossible_figure_and_goes_to_the_file(device_bounds):
+    """The ranks' device_copy_gbps, noted when their world starts, is what the controller holds
+    that world's records to (fail, never print) and what the results file's environment says."""
+    from pytest_distbench.harness.controller import outcome
+    from pytest_distbench.harness.controller.session import Session
+
+    cuda = FakeCuda()
+    from pytest_distbench.harness.ranks import device_probe
+
+    rate = device_probe.copy_rate_gbps(lambda: cuda.work(1e9 / 2000e9), 10**9, cuda)
+    Session().add_rank_infos([{"gpu": "NVIDIA H200", "device_copy_gbps": rate},
+                              {"gpu": "NVIDIA H200", "device_copy_gbps": None}])
+    fine = dict(cuda_record(1 << 30, "cuda-batch", 20), algbw_gbps=2095.0, busbw_gbps=0.0)
+    impossible = dict(cuda_record(1 << 30, "cuda-graph", 20), id="graph", name="graph",
+                      algbw_gbps=5_099_682.0, busbw_gbps=0.0)
+    text = outcome._mark_invalid([fine, impossible])
+    assert "invalid" not in fine
+    assert impossible["invalid"] == [
+        "bandwidth within the GPU's memory: algorithm bandwidth 5.1e+06 GB/s is above twice "
+        "this GPU's measured copy rate (2000 GB/s: a copy reads and writes each byte, so its "
+        "memory moved 4000 GB/s)"]
+    assert text.startswith("a figure that is physically impossible is not printed")
+    assert device_bounds.measured_bounds().as_dict()["device_copy_gbps"] == pytest.approx(2000)
+    assert "5,099,682" not in render_tables([fine, impossible])

@@ -99,6 +99,9 @@ def template(tmp_path_factory: pytest.TempPathFactory, zygotes: ZygotePool) -> P
         assert done.returncode == 0, done.stdout + done.stderr
     for name in ("a.json", "b.json", "c.json"):
         shutil.copy(repo / "run.json", repo / name)
+    # docs/gpu.md: nccl-tests' own JSON from the H200 beside the plugin's figures.
+    for found in (ROOT / "tests" / "data" / "nccl_tests").glob("*.json"):
+        shutil.copy(found, repo / found.name)
     return base
 
 

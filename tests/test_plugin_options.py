@@ -146,6 +146,28 @@ def test_unavailable_backend_skips_with_reason(pytester, leak_tag):
     assert "backend mpi is not built into this torch" in out
 
 
+def test_a_session_whose_every_point_skipped_says_why_even_with_q(pytester, leak_tag):
+    """pytest -q alone said "2 skipped" (issue 41, a two-rank nccl world on one GPU): the
+    session's own summary gives one line per reason with its count."""
+    pytester.makepyfile("""
+        import pytest, torch, torch.distributed as dist
+
+        @pytest.mark.distbench
+        def test_sum(distbench, nbytes):
+            distbench.measure(lambda: dist.all_reduce(torch.zeros(1)), nbytes=4)
+
+        @pytest.mark.distbench
+        def test_max(distbench, nbytes):
+            distbench.measure(lambda: dist.all_reduce(torch.zeros(1)), nbytes=4)
+    """)
+    result = pytester.runpytest_subprocess(
+        "--distbench", "--backend=mpi", "--world-size=3", "--tensor-size=4B", "-q")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*= distbench results =*",
+                                 "2 skipped: backend mpi is not built into this torch*"])
+    assert "Traceback" not in result.stdout.str()
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({"WORLD_SIZE": str(10**30)}, "WORLD_SIZE=1000000000000000000000000000000 is above 65536"),
     ({"WORLD_SIZE": "3000000"}, "WORLD_SIZE=3000000 is above 65536"),

@@ -52,6 +52,8 @@ def full_record() -> Record:
         incomplete={"bound_s": 1.0, "reason": "timeout"},
         pressure={"ranks": [0], "cpu_threads": 1},
         live_reports=[{"time_s": 1.0, "iterations": 3, "delay_s": 0.0}],
+        moves_no_data="one rank, in place: the output is the input",
+        of_peak={"pct": 12.5, "bandwidth": "busbw", "peak_gbps": 400.0, "source": "declared"},
     )
     return record
 

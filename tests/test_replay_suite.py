@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 
@@ -147,7 +148,7 @@ def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone
     # for any failure in a rank).
     result.stdout.fnmatch_lines(["*_ test_damaged[[]gloo-ws3[]] _*",
                                  f"rank 0: Failed: {bad}/rank1.json: calls[[]0[]]: field 'op': "
-                                 "expected one of *, got 'all_reduce_ish'"])
+                                 "expected one of *, got a string"])
     [record] = _records(out)
     assert record["figures"]["trace"] == "three" and record["wrong"] == 0
     # Every rank ran for the duration, within the sanity rule's 10 %: the stop is predicted at
@@ -158,7 +159,7 @@ def test_the_helper_in_a_user_test_duration_mode_and_a_damaged_trace_fails_alone
 def _bad_field(d):
     trace.write(three_rank_trace(), d)
     edit_json(d / "rank2.json", lambda data: data["calls"][3].update(root="two"))
-    return "rank2.json: calls[3]: field 'root': expected a global rank of group 0, got 'two'"
+    return "rank2.json: calls[3]: field 'root': expected a global rank of group 0, got a string"
 
 
 def _missing_rank_file(d):
@@ -173,7 +174,24 @@ def _group_outside(d):
     return "manifest.json: field 'groups[1].ranks': rank 7 is outside the 4-rank world"
 
 
-@pytest.mark.parametrize("damage", [_bad_field, _missing_rank_file, _group_outside])
+def _fifo_rank_file(d):
+    # Hung the session in pytest_configure (issue 39).
+    trace.write(three_rank_trace(), d)
+    (d / "rank1.json").unlink()
+    os.mkfifo(d / "rank1.json")
+    return "rank1.json: is a FIFO, not a trace file"
+
+
+def _list_as_op(d):
+    # INTERNALERROR> TypeError: unhashable type: 'list' (issue 39).
+    trace.write(three_rank_trace(), d)
+    edit_json(d / "rank0.json", lambda data: data["calls"][0].update(op=["all_reduce"]))
+    return "rank0.json: calls[0]: field 'op': expected one of " + ", ".join(trace.OPS) + \
+        ", got a list"
+
+
+@pytest.mark.parametrize("damage", [_bad_field, _missing_rank_file, _group_outside,
+                                    _fifo_rank_file, _list_as_op])
 def test_a_damaged_trace_is_a_usage_error_naming_file_and_field(pytester, distbench_run,
                                                                 damage):
     problem = damage(pytester.path / "t")
@@ -259,6 +277,8 @@ def test_the_breakdown_keeps_every_call_byte_and_second(calls):
     for r in rows:
         key = (r["op"], r["group_size"], r["bucket"])
         assert r["calls"] == sum((c.op, c.group_size, bucket(c.nbytes)) == key for c in calls)
+        if r["group_size"] == 1 and r["op"] in ("all_reduce", "broadcast", "reduce"):
+            assert r["algbw_gbps"] is None  # in place in a group of one: no data moved
         if r["algbw_gbps"] is not None:
             assert math.isclose(r["algbw_gbps"], r["bytes"] / r["seconds"] / 1e9)
             assert math.isclose(r["busbw_gbps"], r["algbw_gbps"] * trace.bus_factor(
@@ -301,6 +321,23 @@ def test_the_table_fits_and_says_what_a_bucket_is():
     assert fit.widest(fit.wrap_text(text)) <= fit.WIDTH  # the notes wrap as every table's
     assert "500 ± 0 %*" in text and ci.SHORT_NOTE in text
     assert re.search(r"all_reduce +2 +4 B-16 B +1 +4 B +2000 +0\.4 +<0\.001 +<0\.001", text), text
+
+
+def test_names_from_a_trace_reach_the_table_without_escape_sequences():
+    # A trace named to clear the screen, set the title and break the row (issue 39).
+    hostile = "\x1b]0;owned\x07\x1b[2Jname\nnext row\r"
+    record = {"id": "x", "nbytes": 4, "wrong": 0, "samples": [0.5] * 10,
+              "summary": {"p50": 0.5}, "precision": {"met": True},
+              "figures": {"trace": hostile, "trace_ranks": 2, "steps": 1, "calls": 1,
+                          "breakdown": aggregate([Timed("all_reduce", 2, 4, 2e-3)]),
+                          "skipped": [f"rank 0 [3]: {hostile}"], "source": hostile,
+                          "captured_backend": "gloo\x1b[31m", "unchecked": []}}
+    text = render_replay([record])
+    assert not any(c in text for c in "\x1b\x07\r"), repr(text)
+    assert "?]0;owned??[2Jname?next row?" in text
+    assert len(text.splitlines()) == len(render_replay([dict(record, figures=dict(
+        record["figures"], trace="t", skipped=["s"], source="s",
+        captured_backend="gloo"))]).splitlines())
 
 
 def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbench_run):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -104,7 +106,8 @@ DAMAGES = {
     "a rank file pointing outside the trace": (
         lambda d: edit_json(d / "manifest.json",
                              lambda m: m["ranks"].__setitem__("1", "../../etc/passwd")),
-        "manifest.json", "ranks.1", "a file name in the trace directory"),
+        "manifest.json", "ranks.1", "expected 'rank1.json', the rank's file name in the trace "
+        "directory, got a string"),
 }
 
 
@@ -129,6 +132,183 @@ def test_an_existing_trace_is_never_overwritten(tmp_path):
         fmt.write(small_trace(), tmp_path / "t" / "manifest.json")
 
 
+# -- hostile traces (issue 39: read as data someone else wrote) ------------------------------
+
+SECRET = "TOP-SECRET-TOKEN-abc123"
+
+
+def _set_call(rank: int, key: str, value):
+    return lambda d: edit_json(d / f"rank{rank}.json",
+                               lambda r: r["calls"][0].__setitem__(key, value))
+
+
+def _set_manifest(key: str, value):
+    return lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__(key, value))
+
+
+def _fifo(d: Path) -> None:
+    (d / "rank1.json").unlink()
+    os.mkfifo(d / "rank1.json")
+
+
+def _link(target: str, name: str = "rank1.json"):
+    def make(d: Path) -> None:
+        (d / name).unlink()
+        (d / name).symlink_to(target)
+    return make
+
+
+def _outside_secret(d: Path) -> None:
+    (d.parent / "secret.json").write_text(json.dumps(
+        {"version": 1, "rank": 1, "calls": [{"op": SECRET}]}))
+    _link(str(d.parent / "secret.json"))(d)
+
+
+def _outside_manifest(d: Path) -> None:
+    (d.parent / "m.json").write_text((d / "manifest.json").read_text())
+    _link(str(d.parent / "m.json"), "manifest.json")(d)
+
+
+def _long_int(d: Path) -> None:
+    text = (d / "rank0.json").read_text()
+    (d / "rank0.json").write_text(text.replace('"step": 0', '"step": ' + "7" * 5000, 1))
+
+
+HOSTILE = {
+    # Each of these hung, took all memory, crashed with a traceback or echoed a file (issue 39).
+    "a FIFO as a rank file": (_fifo, "rank1.json: is a FIFO, not a trace file"),
+    "a rank file linked to /dev/zero": (_link("/dev/zero"), "rank1.json: a link leading out"),
+    "a rank file linked out of the directory": (_outside_secret, "rank1.json: a link leading out"),
+    "a manifest linked out of the directory": (_outside_manifest,
+                                               "manifest.json: a link leading out"),
+    "a world of 10**9 ranks": (_set_manifest("world_size", 10**9),
+                               "field 'world_size': expected a world size of 1..65536, got an "
+                               "integer"),
+    "a world of 10**30 ranks": (_set_manifest("world_size", 10**30), "field 'world_size'"),
+    "a list as the op": (_set_call(1, "op", ["all_reduce"]),
+                         "calls[0]: field 'op': expected one of all_reduce"),
+    "a list as a dtype": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+            "dtype", ["float32"])), "field 'inputs[0].dtype': expected one of"),
+    "a secret as the op": (_set_call(2, "op", SECRET), "field 'op': expected one of"),
+    "a 5,000-digit integer": (_long_int, "rank0.json: not JSON a trace holds"),
+    "a shape of [0, 2**70]": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+            "shape", [0, 2**70])), "field 'inputs[0].shape': expected a list of at most 16"),
+    "true as a root": (
+        lambda d: edit_json(d / "rank0.json", lambda r: r["calls"][2].__setitem__("root", True)),
+        "calls[2]: field 'root': expected a global rank of group 0, got true/false"),
+    "a name as the ranks' file": (
+        lambda d: edit_json(d / "manifest.json", lambda m: m["ranks"].__setitem__("1", [SECRET])),
+        "field 'ranks.1': expected 'rank1.json', the rank's file name in the trace directory, "
+        "got a list"),
+    "5,000 groups": (
+        lambda d: edit_json(d / "manifest.json", lambda m: m.__setitem__(
+            "groups", [{"id": i, "ranks": [0, 1, 2, 3]} for i in range(5000)])),
+        "field 'groups': expected a list of at most 4096 groups"),
+}
+
+
+@pytest.mark.parametrize("damage", list(HOSTILE))
+def test_a_hostile_trace_is_refused_in_one_line_never_echoing_it(tmp_path, damage):
+    edit, expected = HOSTILE[damage]
+    path = _damage(tmp_path, edit)
+    with pytest.raises(TraceError) as caught:
+        read(path)
+    message = str(caught.value)
+    assert "\n" not in message and expected in message, message
+    assert SECRET not in message and len(message) < 400
+
+
+def _json_values():
+    leaves = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from(
+        [10**30, 2**63, -1, 0, 1, 3]) | st.floats() | st.text(max_size=12) | st.just(SECRET))
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+
+
+def _places(data, path=()):
+    """Every place in a JSON value: (path of keys and indices)."""
+    yield path
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _places(v, (*path, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _places(v, (*path, i))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), value=_json_values())
+def test_any_field_of_a_trace_changed_to_anything_reads_or_is_refused_in_one_line(
+        tmp_path_factory, data, value):
+    out = tmp_path_factory.mktemp("fuzz") / "t"
+    fmt.write(small_trace(3), out)
+    name = data.draw(st.sampled_from(["manifest.json", "rank0.json", "rank1.json"]))
+    document = json.loads((out / name).read_text())
+    place = data.draw(st.sampled_from(list(_places(document))[1:]))
+    holder = document
+    for key in place[:-1]:
+        holder = holder[key]
+    holder[place[-1]] = value
+    (out / name).write_text(json.dumps(document))
+    try:
+        t = read(out)
+    except TraceError as e:
+        assert "\n" not in str(e) and SECRET not in str(e) and len(str(e)) < 500, str(e)
+    else:
+        assert t.world_size == 3 and all(c.nbytes <= 1 << 50 for c in t.calls[0])
+
+
+def _would_hang_roots(d: Path) -> None:
+    edit_json(d / "rank1.json", lambda r: r["calls"][2].__setitem__("root", 0))
+
+
+def _would_hang_dtype(d: Path) -> None:
+    edit_json(d / "rank2.json", lambda r: r["calls"][0]["inputs"][0].__setitem__(
+        "dtype", "int32"))
+
+
+def _cross_group_order(d: Path) -> None:
+    # Two groups of the same two ranks, each waited at once: rank 0 issues group 1's call
+    # first, rank 3 group 2's: each waits for the other forever.
+    edit_json(d / "manifest.json", lambda m: m["groups"].append({"id": 2, "ranks": [0, 3]}))
+    f = {"dtype": "float32", "shape": [8]}
+
+    def calls(first: int, second: int):
+        return [{"op": "all_reduce", "group": g, "inputs": [f], "reduce_op": "sum",
+                 "wait_before": i + 1} for i, g in enumerate((first, second))]
+    edit_json(d / "rank0.json", lambda r: r.__setitem__("calls", calls(1, 2)))
+    edit_json(d / "rank3.json", lambda r: r.__setitem__("calls", calls(2, 1)))
+    for rank in (1, 2):
+        edit_json(d / f"rank{rank}.json", lambda r: r.__setitem__("calls", []))
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (_would_hang_roots, "and rank 1 differ at their collective 2 in that group (broadcast and "
+                        "broadcast: op, bytes, dtype, reduce op or root; a replay would hang)"),
+    (_would_hang_dtype, "and rank 2 differ at their collective 0"),
+    (_cross_group_order, "a replay would hang: rank 0 waits for its call 0 (all_reduce, "
+                         "collective 0 of group 1 [0, 3]), which rank 3 does not reach: it "
+                         "waits first for its call 0 (all_reduce)"),
+])
+def test_a_trace_whose_replay_would_hang_is_refused(tmp_path, damage, expected):
+    path = _damage(tmp_path, damage)
+    with pytest.raises(TraceError) as caught:
+        read(path)
+    assert expected in str(caught.value)
+
+
+def test_the_same_groups_in_opposite_orders_pass_when_both_are_waited_late(tmp_path):
+    def both_async(d: Path) -> None:
+        _cross_group_order(d)
+        for rank in (0, 3):
+            edit_json(d / f"rank{rank}.json",
+                      lambda r: [c.pop("wait_before") for c in r["calls"]])
+    read(_damage(tmp_path, both_async))
+
+
 # -- PARAM's basic traces -------------------------------------------------------------------
 
 def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
@@ -151,6 +331,14 @@ def test_a_param_basic_trace_reads_as_a_trace(tmp_path):
     (lambda e: e[0].__setitem__("global_ranks", [0, 5]), "rank 5 is outside the 2-rank world"),
     (lambda e: e[0].pop("comms"), "[0]: field 'comms' is missing"),
     (lambda e: e[4].__setitem__("dst_rank", 0), "field 'dst_rank'"),
+    # Each crashed pytest with a traceback (issue 39).
+    (lambda e: e[0].__setitem__("req", [1]), "[0]: field 'req': expected a request id"),
+    (lambda e: e[7].__setitem__("in_split", [[1], 2]), "[7]: field 'in_split': expected a list"),
+    (lambda e: e.__setitem__(1, {"comms": "broadcast", "in_msg_size": 4, "out_msg_size": 4,
+                                 "dtype": "Float", "root": True}),
+     "[1]: field 'root': expected a rank of its group, got true/false"),
+    (lambda e: e[0].__setitem__("comms", ["all_reduce"]), "[0]: field 'comms': expected an op"),
+    (lambda e: e[0].__setitem__("in_msg_size", 2**70), "[0]: field 'in_msg_size'"),
 ])
 def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
     out = param_trace(tmp_path)
@@ -160,6 +348,18 @@ def test_a_damaged_param_trace_names_file_and_field(tmp_path, change, expected):
     with pytest.raises(TraceError) as caught:
         read(out)
     assert "0.json" in str(caught.value) and expected in str(caught.value)
+
+
+def test_a_param_trace_of_a_rank_past_any_world_or_a_fifo_is_refused_unread(tmp_path):
+    out = param_trace(tmp_path)
+    (out / "999999999.json").write_text("[]")
+    with pytest.raises(TraceError, match="a PARAM trace file for a rank above 65535"):
+        read(out)
+    (out / "999999999.json").unlink()
+    (out / "1.json").unlink()
+    os.mkfifo(out / "1.json")
+    with pytest.raises(TraceError, match="1.json: is a FIFO, not a trace file"):
+        read(out)
 
 
 def test_a_param_trace_missing_a_rank_says_which(tmp_path):
@@ -263,9 +463,8 @@ def _capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_capture_command_records_a_torchrun_launch_at_three_ranks(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    done = _capture(tmp_path, "--out", "trace", "--steps", "1,2", "--", torchrun,
-                    "--nproc-per-node=3", f"--master-port={free_port()}", "train.py")
+    done = _capture(tmp_path, "--out", "trace", "--steps", "1,2", "--",
+                    *_torchrun(3, "train.py"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote trace: 3 ranks, steps [1, 2]" in done.stdout
     t = read(tmp_path / "trace")
@@ -291,6 +490,157 @@ def test_the_capture_command_says_what_is_wrong_in_one_line(tmp_path, args, expe
     assert done.returncode != 0 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "t").exists()  # no partial trace left behind
+
+
+CRASHING = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for step in range(3):
+        if rank == 1 and step == int(sys.argv[1]):
+            raise RuntimeError(f"rank 1 fails in step {step}")
+        dist.all_reduce(w.data)
+        dist.barrier()
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+def _torchrun(ranks: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+            f"--master-port={free_port()}", *args]
+
+
+def test_a_rank_raising_mid_step_ends_the_capture_in_one_line_leaving_nothing(tmp_path):
+    # The crashed rank's exit used to write its trace with collectives the other rank never
+    # joined: the capture hung (killed at 200 s; the launch alone ends at once).
+    (tmp_path / "crash.py").write_text(CRASHING)
+    done = _capture(tmp_path, "--out", "t", "--steps", "1,2", "--",
+                    *_torchrun(2, "crash.py", "1"))
+    assert done.returncode != 0
+    [line] = [x for x in done.stderr.splitlines() if x.startswith("pytest-distbench")]
+    assert line.startswith("pytest-distbench: error: capture: no trace written in t (the launch "
+                           "exited 1; rank 1: raised; wrote nothing"), done.stderr[-2000:]
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_capture_of_no_call_writes_nothing_and_says_why(tmp_path):
+    (tmp_path / "crash.py").write_text(CRASHING)
+    done = _capture(tmp_path, "--out", "t", "--steps", "50", "--",
+                    *_torchrun(3, "crash.py", "-1"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "pytest-distbench: error: capture: no trace written in t (no call recorded in steps "
+        "[50] (the program ended 3 step(s)); nothing written to " + str(tmp_path / "t") + ")")
+    assert not (tmp_path / "t").exists()
+
+
+SPAWNED_CRASH = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+    import pytest_distbench
+
+    def main(rank, out, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=2)
+        try:
+            with pytest_distbench.capture(out):
+                dist.all_reduce(torch.ones(2))
+                if rank == 1:
+                    raise RuntimeError("rank 1 fails")
+                dist.all_reduce(torch.ones(2))
+        except Exception as e:
+            print(f"rank {rank}: {type(e).__name__}", flush=True)
+
+    if __name__ == "__main__":
+        mp.spawn(main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2)
+""")
+
+
+def test_a_capture_block_raising_in_one_rank_ends_without_a_trace(tmp_path):
+    (tmp_path / "p.py").write_text(SPAWNED_CRASH)
+    done = subprocess.run([sys.executable, "p.py", "t", str(free_port())], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "rank 1: RuntimeError" in done.stdout, done.stderr[-2000:]
+    assert "rank 0: " in done.stdout  # rank 0's next collective failed: rank 1 had gone
+    assert not (tmp_path / "t").exists()  # rank 0 made it, and removed it when it failed
+
+
+SLOW = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(2):
+        dist.all_reduce(w.data)
+        opt.step()
+    time.sleep(3)
+    dist.destroy_process_group()
+""")
+
+
+def test_a_second_capture_into_a_claimed_directory_is_refused_and_lands_nothing(tmp_path):
+    # Both "succeeded", both printing the first's trace, the second's rank2.json left in it.
+    (tmp_path / "slow.py").write_text(SLOW)
+    cli = Path(sys.executable).with_name("pytest-distbench")
+    first = subprocess.Popen([str(cli), "capture", "--out", "same", "--",
+                              *_torchrun(2, "slow.py")], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "same" / ".capture-claim").exists():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = _capture(tmp_path, "--out", "same", "--", *_torchrun(3, "slow.py"))
+        assert second.returncode == 2 and second.stderr.strip() == (
+            "pytest-distbench: error: capture: same: another capture is writing there; give "
+            "another directory")
+        out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, err[-2000:]
+    assert "wrote same: 2 ranks" in out
+    assert sorted(p.name for p in (tmp_path / "same").iterdir()) == [
+        "manifest.json", "rank0.json", "rank1.json"]
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("file/t", "cannot write in file/t: Not a directory"),
+    ("file", "file: not a directory; a trace is a directory of JSON files"),
+    ("leftovers", "leftovers: holds rank0.json (an earlier capture's?); give an empty or new "
+                  "directory"),
+])
+def test_an_output_directory_that_cannot_take_a_capture_is_one_line(tmp_path, where,
+                                                                     expected):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "leftovers").mkdir()
+    (tmp_path / "leftovers" / "rank0.json").write_text("{}")
+    done = _capture(tmp_path, "--out", where, "--", sys.executable, "-c", "print('ran')")
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"pytest-distbench: error: capture: {expected}"
+    assert "ran" not in done.stdout
+    assert sorted(p.name for p in (tmp_path / "leftovers").iterdir()) == ["rank0.json"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through a directory's mode")
+def test_a_read_only_output_directory_is_one_line(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    done = _capture(tmp_path, "--out", "ro/t", "--", sys.executable, "-c", "pass")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("pytest-distbench: error: capture: cannot write in ro/t: "
+                                   "Permission denied")
+
+
+def test_a_launch_whose_python_skips_the_hook_says_so(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    done = _capture(tmp_path, "--out", "t", "--", sys.executable, "-I", "-c", "pass")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "pytest-distbench: error: capture: no trace written in t (no rank loaded the capture hook: "
+        "python -I, -E or -S in the launch skips PYTHONPATH or site, where the hook is; leave "
+        "them out)")
 
 
 @pytest.mark.extended

@@ -101,6 +101,26 @@ def test_bus_bandwidth_above_the_memory_copy_is_caught_on_cpu_only(busbw, copy):
     assert violations(_record([1.0], busbw_gbps=busbw, device="cuda"), bounds) == []
 
 
+@given(st.floats(0.01, 1e7), st.floats(0.01, 1e7), st.floats(1, 1e4))
+def test_a_gpu_bandwidth_above_twice_its_copy_rate_is_caught(algbw, busbw, copy):
+    """A CUDA record is held to its GPU's measured copy rate, not the host's: its memory moves
+    twice the copy rate (read and write), and no bandwidth delivered into it can be more."""
+    record = _record([1.0], algbw_gbps=algbw, busbw_gbps=busbw, device="cuda")
+    broken = violations(record, MachineBounds(copy_gbps=0.001, device_copy_gbps=copy))
+    assert len(broken) == (algbw > 2 * copy) + (busbw > 2 * copy)
+    assert all("twice this GPU's measured copy rate" in line for line in broken)
+    assert violations(record, MachineBounds(copy_gbps=0.001)) == []  # no probe: no GPU rule
+
+
+def test_the_h200s_printed_figure_of_no_data_is_impossible_beside_its_copy_rate():
+    # issue 41: one rank's in-place all_reduce of 1 GiB, 39,856 GB/s, on a GPU whose 1 GiB
+    # all_gather (a copy) ran at 2,095 GB/s.
+    record = _record([1.0], algbw_gbps=39_856.0, busbw_gbps=0.0, device="cuda")
+    [line] = violations(record, MachineBounds(device_copy_gbps=2_095.0))
+    assert line.startswith("bandwidth within the GPU's memory: algorithm bandwidth 3.986e+04 "
+                           "GB/s is above twice")
+
+
 @given(st.floats(1, 1e7), st.floats(1e-7, 1e-3), st.integers(1, 100))
 def test_a_credit_one_rate_faster_than_the_round_trip_is_caught(rate, round_trip, credits):
     bounds = MachineBounds(round_trip_s=round_trip)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from results_data import ENVIRONMENT, benchmark_record
+from results_data import DELETE, ENVIRONMENT, benchmark_record, set_at
 
 from pytest_distbench.results.comparison.verdict import compare_documents
 from pytest_distbench.results.document import (
@@ -367,21 +367,6 @@ def test_deep_nesting_is_an_error_not_a_crash(tmp_path):
         read_document(path)
 
 
-def _set(doc: dict, dotted: str, value) -> None:
-    target = doc
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        target = target[int(part)] if isinstance(target, list) else target[part]
-    last = parts[-1]
-    if value is _DELETE:
-        del target[last]
-    elif isinstance(target, list):
-        target[int(last)] = value
-    else:
-        target[last] = value
-
-
-_DELETE = object()
 
 
 @pytest.mark.parametrize(
@@ -394,11 +379,11 @@ _DELETE = object()
         ("benchmarks.0.distbench.rank_samples", [[1e-5] * 40] * 3, "rank_samples"),
         ("benchmarks.0.distbench.summary.n", 39, "benchmarks[0].distbench.summary.n"),
         ("benchmarks.0.distbench.summary.p99", "fast", "summary.p99"),
-        ("benchmarks.0.distbench.summary.p90", _DELETE, "summary: missing 'p90'"),
+        ("benchmarks.0.distbench.summary.p90", DELETE, "summary: missing 'p90'"),
         ("benchmarks.0.distbench.world_size", True, "benchmarks[0].distbench.world_size"),
         ("benchmarks.0.distbench.nbytes", 2**70, "benchmarks[0].distbench.nbytes"),
         ("benchmarks.0.distbench.threshold", -0.1, "benchmarks[0].distbench.threshold"),
-        ("benchmarks.0.distbench.id", _DELETE, "benchmarks[0].distbench.id: missing"),
+        ("benchmarks.0.distbench.id", DELETE, "benchmarks[0].distbench.id: missing"),
         ("benchmarks.0.distbench.params", [1], "benchmarks[0].distbench.params"),
         ("benchmarks.0.distbench", "x", "benchmarks[0].distbench"),
         ("benchmarks.1", 7, "benchmarks[1]"),
@@ -410,7 +395,7 @@ _DELETE = object()
 )
 def test_malformed_fields_are_named(tmp_path, dotted, value, field):
     doc = make_doc()
-    _set(doc, dotted, value)
+    set_at(doc, dotted, value)
     path = write_json(tmp_path / "bad.json", doc)
     with pytest.raises(ResultsFileError) as info:
         read_document(path)
@@ -505,7 +490,7 @@ _ALL_PATHS = [p for p in _paths(_VALID) if p]
 @_FUZZ
 @given(
     mutations=st.lists(
-        st.tuples(st.sampled_from(_ALL_PATHS), st.one_of(st.just(_DELETE), json_values)),
+        st.tuples(st.sampled_from(_ALL_PATHS), st.one_of(st.just(DELETE), json_values)),
         min_size=1,
         max_size=3,
     )
@@ -517,7 +502,7 @@ def test_mutated_documents_are_refused_or_usable(tmp_path, mutations):
         try:
             for part in path_parts[:-1]:
                 target = target[part]
-            if value is _DELETE:
+            if value is DELETE:
                 del target[path_parts[-1]]
             else:
                 target[path_parts[-1]] = value

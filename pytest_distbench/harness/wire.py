@@ -198,6 +198,8 @@ class Measurement:
     incomplete: dict[str, Any] | None = None
     # A precision-targeted run's stop (None: the run had no target).
     stop: PrecisionStop | None = None
+    # Why the measured call moves no data (one rank, in place): no bandwidth is computed.
+    moves_no_data: str | None = None
 
 
 @dataclass

@@ -27,6 +27,9 @@ RELATIVE_SLACK = 1e-6
 # The sum of a rank's iteration times cannot exceed the wall time around them; the clock
 # reads between iterations are the only slack.
 ELAPSED_SLACK = 1.01
+# A GPU's memory moves twice its measured copy rate (read and write): what no bandwidth of a
+# CUDA world can exceed.
+DEVICE_MEMORY_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,15 @@ class MachineBounds:
     in-cache and a DRAM-sized buffer): no transfer between processes, which copies at least
     once, moves bytes faster. `round_trip_s`: the shortest one-byte round trip between two
     processes through the kernel here: a message that waits for its acknowledgement (credits
-    1) cannot go faster.
+    1) cannot go faster. `device_copy_gbps`: the fastest device-to-device copy a rank of a
+    CUDA world measured on its GPU (in and out of its L2 cache, copies replayed in a CUDA
+    graph between events), bytes copied per second: a copy reads and writes each byte, so the
+    GPU's memory moves twice that, and no collective delivers bytes into it faster.
     """
 
     copy_gbps: float | None = None
     round_trip_s: float | None = None
+    device_copy_gbps: float | None = None
 
     def as_dict(self) -> dict[str, float | None]:
         return asdict(self)
@@ -132,6 +139,8 @@ def _duration(record: Record) -> list[str]:
 
 
 def _bandwidth(record: Record, bounds: MachineBounds) -> list[str]:
+    if record.get("device") == "cuda":
+        return _device_bandwidth(record, bounds)
     busbw = record.get("busbw_gbps")
     limit = bounds.copy_gbps
     # Host memory bounds host transfers only: a GPU's links and memory are faster.
@@ -141,6 +150,22 @@ def _bandwidth(record: Record, bounds: MachineBounds) -> list[str]:
         return []
     return [f"bandwidth below memory copy: bus bandwidth {busbw:.4g} GB/s is above this "
             f"machine's fastest memory copy ({limit:.4g} GB/s)"]
+
+
+def _device_bandwidth(record: Record, bounds: MachineBounds) -> list[str]:
+    """Every byte a collective delivers on a GPU is written to (or, reduce_scatter's input,
+    read from) its memory, which moves at most what a copy moves through it: twice the
+    measured copy rate (a copy reads and writes each byte). Links are slower than that."""
+    copy = bounds.device_copy_gbps
+    if not _number(copy) or copy <= 0:
+        return []
+    limit = DEVICE_MEMORY_FACTOR * copy
+    over = [(label, value) for label, value in (("algorithm", record.get("algbw_gbps")),
+                                                ("bus", record.get("busbw_gbps")))
+            if _number(value) and value > limit]
+    return [f"bandwidth within the GPU's memory: {label} bandwidth {value:.4g} GB/s is above "
+            f"twice this GPU's measured copy rate ({copy:.4g} GB/s: a copy reads and writes "
+            f"each byte, so its memory moved {limit:.4g} GB/s)" for label, value in over]
 
 
 def _message_rate(record: Record, bounds: MachineBounds) -> list[str]:

@@ -22,8 +22,8 @@ SIZED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "a
 
 def busbw_gbps(record: Record, seconds: float) -> float | None:
     nbytes, factor = record.get("nbytes"), record.get("busbw_factor")
-    if not nbytes or factor is None:
-        return None
+    if not nbytes or factor is None or record.get("moves_no_data"):
+        return None  # a call that moves no data has no bandwidth (record["moves_no_data"])
     return nbytes * factor / seconds / 1e9
 
 

@@ -13,6 +13,10 @@ from typing import Any, NamedTuple
 from .trace import bus_factor
 
 BUCKET_BASE = 4  # size buckets are powers of 4 bytes: [4^k, 4^(k+1))
+# torch's calls that write their result over their input: in a group of one rank they move
+# no data, and their bytes over their time would be a rate of nothing (issue 41: a DDP step
+# on one H200 printed broadcast busbw 1,140 GB/s).
+IN_PLACE = ("all_reduce", "broadcast", "reduce")
 
 
 class Timed(NamedTuple):
@@ -40,7 +44,8 @@ def bucket(nbytes: int) -> int:
 def aggregate(calls: Iterable[Timed]) -> list[dict[str, Any]]:
     """Rows (op, group_size, bucket): calls, bytes and seconds summed over `calls`, the rows'
     share of all their seconds, and algbw/busbw in decimal GB/s (None where no time or no
-    bytes: a barrier). Ordered by op, group size, bucket."""
+    bytes: a barrier; or no data moved: an in-place call in a group of one). Ordered by op,
+    group size, bucket."""
     sums: dict[tuple[str, int, int], list[float]] = {}
     for c in calls:
         row = sums.setdefault((c.op, c.group_size, bucket(c.nbytes)), [0, 0, 0.0])
@@ -50,7 +55,8 @@ def aggregate(calls: Iterable[Timed]) -> list[dict[str, Any]]:
     total = sum(s for _, _, s in sums.values())
     rows = []
     for (op, n, low), (count, nbytes, seconds) in sorted(sums.items()):
-        algbw = nbytes / seconds / 1e9 if seconds > 0 and nbytes > 0 else None
+        moves = nbytes > 0 and not (n == 1 and op in IN_PLACE)
+        algbw = nbytes / seconds / 1e9 if seconds > 0 and moves else None
         rows.append({
             "op": op, "group_size": n, "bucket": low, "calls": int(count),
             "bytes": int(nbytes), "seconds": seconds,

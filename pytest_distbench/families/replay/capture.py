@@ -22,6 +22,7 @@ exchange (isend, irecv) cannot deadlock.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -73,8 +74,10 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
     optimizer.step() or at .step(). Every rank of the world must enter and leave it."""
 
     def __init__(self, out: str | os.PathLike[str], steps: Iterable[int] | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, quiet: bool = False) -> None:
         self.out = Path(out)
+        self.quiet = quiet
+        self.reason: str | None = None
         self.steps = None if steps is None else sorted(set(steps))
         self.name = name
         self.step_index = 0
@@ -85,6 +88,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         self._hook: Any = None
         self._start = 0.0
         self._finished = False
+        self._created = False
 
     # -- the context manager ----------------------------------------------------------------
 
@@ -92,7 +96,9 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         if not dist.is_initialized():
             raise RuntimeError("pytest_distbench.capture: initialize the process group first "
                                "(torch.distributed.init_process_group)")
-        fmt.refuse_existing(self.out, create=dist.get_rank() == 0)  # every rank refuses
+        rank0 = dist.get_rank() == 0
+        self._created = rank0 and not self.out.exists()
+        fmt.refuse_existing(self.out, create=rank0)  # every rank refuses
         self._start = time.perf_counter()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -101,8 +107,11 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         self._mode.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.finish()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.abandon()  # the other ranks may never join a collective now
+        else:
+            self.finish()
 
     def step(self) -> None:
         """The current step ended; once the last wanted step has, the trace is written."""
@@ -110,16 +119,43 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         if self.steps is not None and self.step_index > self.steps[-1]:
             self.finish()
 
-    def finish(self) -> None:
-        """Stop recording and write the trace (every rank, together); idempotent."""
+    def finish(self) -> str | None:
+        """Stop recording and write the trace (every rank, together); idempotent. Returns why
+        nothing was written (no call recorded; rank 0 also says it on stderr unless `quiet`),
+        None when the trace was."""
+        if self._stop():
+            self.reason = self._write()
+            if self.reason and dist.get_rank() == 0 and not self.quiet:
+                print(f"pytest_distbench.capture: {self.reason}", file=sys.stderr)
+        return self.reason
+
+    def abandon(self) -> None:
+        """Stop recording and write nothing, with no collective: this rank raised, and the
+        others may never join one (docs/replay.md, "When a rank fails")."""
+        if self._stop():
+            self._remove_created()
+
+    @property
+    def stopped(self) -> bool:
+        return self._finished
+
+    def _stop(self) -> bool:
+        """Stop recording; False if it had already stopped."""
         if self._finished:
-            return
+            return False
         self._finished = True
         if self._hook is not None:
             self._hook.remove()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-        self._write()
+        return True
+
+    def _remove_created(self) -> None:
+        if self._created:
+            try:
+                self.out.rmdir()  # only if empty: never what another rank wrote meanwhile
+            except OSError:
+                pass
 
     # -- recording (the dispatch mode calls this, on whatever thread issued the call) --------
 
@@ -160,21 +196,32 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _write(self) -> None:
+    def _write(self) -> str | None:
         rank, world = dist.get_rank(), dist.get_world_size()
         with self._lock:
             pending, skipped = list(self._pending), list(self._skipped)
         mine = sorted({p.ranks for p in pending if p.ranks != tuple(range(world))})
         gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, (mine, skipped))
+        dist.all_gather_object(gathered, (mine, skipped, len(pending)))
+        if not any(count for _, _, count in gathered):
+            # A trace of no call replays as nothing and blocks the next capture there.
+            if rank == 0:
+                self._remove_created()
+            asked = f"steps {self.steps}" if self.steps is not None else "any step"
+            return (f"no call recorded in {asked} (the program ended {self.step_index} "
+                    f"step(s)); nothing written to {self.out}")
         groups = {0: tuple(range(world))}
-        for ranks in sorted({g for theirs, _ in gathered for g in theirs}):
+        for ranks in sorted({g for theirs, _, _ in gathered for g in theirs}):
             groups[len(groups)] = ranks
         ids = {ranks: g for g, ranks in groups.items()}
         calls = _with_waits(pending, ids)
         self.out.mkdir(parents=True, exist_ok=True)
-        fmt.write_rank(self.out, rank, calls)
-        dist.barrier()  # every rank file is there before the manifest says the trace is
+        try:
+            fmt.write_rank(self.out, rank, calls)
+            dist.barrier()  # every rank file is there before the manifest says the trace is
+        except BaseException:
+            (self.out / fmt.rank_file(rank)).unlink(missing_ok=True)  # no partial trace
+            raise
         if rank == 0:
             backend = dist.get_backend()
             device = "cuda" if any(b == "nccl" for b in str(backend).split(",")) else "cpu"
@@ -183,7 +230,8 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 calls={}, backend=str(backend), device=device,
                 steps=self.steps if self.steps is not None else list(range(self.step_index)),
                 source=f"pytest_distbench.capture, torch {torch.__version__}",
-                skipped=[s for _, theirs in gathered for s in theirs]))
+                skipped=[s for _, theirs, _ in gathered for s in theirs]))
+        return None
 
 
 class _Unknown(Exception):

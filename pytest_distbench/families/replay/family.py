@@ -9,6 +9,7 @@ from ... import units
 from ...registry import Family
 from ...results.document.record import Record
 from ...results.rendering import ci, fit
+from ...results.rendering.fit import printable
 from .breakdown import BUCKET_BASE
 from .options import SETTINGS, SUITES
 
@@ -21,7 +22,8 @@ NOTE = ("# one iteration = one replay of every captured step's calls; bytes/rank
         "trace's ranks per replay: a call's time runs from its issue to the end of its wait "
         "(replays after the first, every iteration of the run); time % = share of the summed "
         "call times; algbw = bytes / time, busbw = algbw x the nccl-tests factor of the op "
-        "and group size; GB/s = 1e9 B/s, sizes in binary units")
+        "and group size (- where no data moves: an in-place all_reduce, broadcast or reduce in a "
+        "group of one rank); GB/s = 1e9 B/s, sizes in binary units")
 
 
 def size_bucket(low: int) -> str:
@@ -40,7 +42,7 @@ def _step_row(r: Record) -> list[Any]:
     p50 = (r.get("summary") or {}).get("p50")
     nbytes = r.get("nbytes") or 0
     algbw = nbytes / p50 / 1e9 if p50 and nbytes else None
-    return [f.get("trace", "-"), f.get("trace_ranks", "-"), f.get("steps", "-"),
+    return [printable(f.get("trace", "-")), f.get("trace_ranks", "-"), f.get("steps", "-"),
             f.get("calls", "-"), units.format_size(nbytes),
             ci.with_pct(_ms(p50), ci.p50_pct(r), r), _gbps(algbw),
             "N/A" if r.get("wrong") is None else r["wrong"]]
@@ -57,7 +59,7 @@ def _breakdown_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out = []
     for b in rows:
         share = b.get("share")
-        out.append([b["op"], b["group_size"], size_bucket(b["bucket"]), b["calls"],
+        out.append([printable(b["op"]), b["group_size"], size_bucket(b["bucket"]), b["calls"],
                     units.format_size(b["bytes"]),
                     units.format_duration_us(b["seconds"] / b["calls"]) if b["calls"] else "-",
                     "-" if share is None else f"{share * 100:.1f}",
@@ -77,7 +79,8 @@ def _notes(f: dict[str, Any]) -> str:
         lines.append(f"# captured with {f['captured_backend']} on "
                      f"{f.get('captured_device') or '?'}"
                      + ("" if source == "capture" else f" (from {source})"))
-    return "".join("\n" + line for line in lines)
+    # Names from the trace (and maybe from a foreign results file): no escape sequences.
+    return "".join("\n" + printable(line) for line in lines)
 
 
 def render_replay(records: list[Record]) -> str:

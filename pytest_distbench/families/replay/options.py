@@ -23,19 +23,19 @@ def trace_directories(text: str) -> list[str]:
         path = Path(item).expanduser()
         if not path.is_dir():
             raise ValueError(f"{item}: no such directory")
-        if is_any_trace(path):
-            inside = [path]
-        else:
-            inside = sorted(p for p in path.iterdir() if p.is_dir() and is_any_trace(p))
-            if not inside:
-                raise ValueError(f"{item}: neither a trace ({trace.MANIFEST}, or PARAM's "
-                                 "<rank>.json files) nor a directory of traces")
-        for directory in inside:
-            try:
-                read(directory)
-            except trace.TraceError as exc:
-                raise ValueError(str(exc)) from None
-            found.append(str(directory.resolve()))
+        try:
+            if is_any_trace(path):
+                inside = [path]
+            else:
+                inside = sorted(p for p in path.iterdir() if p.is_dir() and is_any_trace(p))
+                if not inside:
+                    raise ValueError(f"{item}: neither a trace ({trace.MANIFEST}, or PARAM's "
+                                     "<rank>.json files) nor a directory of traces")
+            for directory in inside:
+                read(directory, keep=())  # checked; no rank's calls held
+                found.append(str(directory.resolve()))
+        except trace.TraceError as exc:
+            raise ValueError(str(exc)) from None
     return list(dict.fromkeys(found))
 
 

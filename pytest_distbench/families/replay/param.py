@@ -15,10 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...units import MAX_WORLD_SIZE
 from . import trace as fmt
-from .trace import Buffer, Call, Trace, TraceError
+from .fields import MAX_BUFFER_BYTES, MAX_GROUPS, Fields, TraceError, index, read_json, type_name
+from .trace import Buffer, Call, Trace
 
-_RANK_FILE = re.compile(r"^(?:rank-?)?(\d+)\.json$")
+_RANK_FILE = re.compile(r"^(?:rank-?)?([0-9]+)\.json$")
 _DTYPES = {
     "float": "float32", "float32": "float32", "double": "float64", "float64": "float64",
     "half": "float16", "float16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -41,15 +43,20 @@ _OPS = {
 
 
 def rank_files(directory: Path) -> dict[int, Path]:
-    """The per-rank files of a PARAM trace directory, by rank."""
+    """The per-rank files of a PARAM trace directory, by rank (a rank beyond any world's is
+    refused before anything is read or counted)."""
     found: dict[int, Path] = {}
     for path in directory.iterdir():
         m = _RANK_FILE.match(path.name)
-        if m and path.is_file():
-            rank = int(m.group(1))
-            if rank in found:
-                raise TraceError(f"{path}: a second file for rank {rank} (and {found[rank]})")
-            found[rank] = path
+        if m is None or path.is_dir():
+            continue
+        if len(m.group(1)) > len(str(MAX_WORLD_SIZE)) or int(m.group(1)) >= MAX_WORLD_SIZE:
+            raise TraceError(f"{directory}: a PARAM trace file for a rank above "
+                             f"{MAX_WORLD_SIZE - 1}, the most a world may have")
+        rank = int(m.group(1))
+        if rank in found:
+            raise TraceError(f"{path}: a second file for rank {rank} (and {found[rank]})")
+        found[rank] = path
     return found
 
 
@@ -63,17 +70,18 @@ def load(directory: str | Path) -> Trace:
     root = Path(directory)
     files = rank_files(root)
     world = max(files) + 1 if files else 0
-    missing = [r for r in range(world) if r not in files]
-    if not files or missing:
-        raise TraceError(f"{root}: no PARAM trace file for rank {missing[0] if missing else 0} "
+    missing = next((r for r in range(world) if r not in files), None)
+    if not files or missing is not None:
+        raise TraceError(f"{root}: no PARAM trace file for rank {missing or 0} "
                          f"(expected <rank>.json for ranks 0..{max(world, 1) - 1})")
     groups: dict[tuple[int, ...], int] = {tuple(range(world)): 0}
     calls: dict[int, list[Call]] = {}
     skipped: list[str] = []
     for rank in range(world):
-        entries = fmt._read_any_json(files[rank])
+        entries = read_json(files[rank], root)
         if not isinstance(entries, list):
-            raise TraceError(f"{files[rank]}: expected a JSON list of comms entries")
+            raise TraceError(f"{files[rank]}: expected a JSON list of comms entries, got "
+                             f"{type_name(entries)}")
         calls[rank] = _rank(entries, str(files[rank]), rank, world, groups, skipped)
     trace = Trace(name=root.resolve().name, world_size=world,
                   groups={g: ranks for ranks, g in groups.items()}, calls=calls,
@@ -85,36 +93,37 @@ def load(directory: str | Path) -> Trace:
 def _rank(entries: list[Any], where: str, rank: int, world: int,
           groups: dict[tuple[int, ...], int], skipped: list[str]) -> list[Call]:
     calls: list[Call] = []
-    requests: dict[Any, int] = {}  # req -> index of its call, until waited
+    requests: dict[int | str, int] = {}  # req -> index of its call, until waited
     waits: dict[int, int] = {}  # call index -> index of the call it is waited before
-    for i, entry in enumerate(entries):
-        at = f"{where}: [{i}]"
-        if not isinstance(entry, dict):
-            raise TraceError(f"{at}: expected an object")
-        if "compute" in entry:
-            skipped.append(f"rank {rank} [{i}]: compute {entry.get('compute')!r} "
-                           f"(communication only is replayed)")
+    members_of = {g: ranks for ranks, g in groups.items()}
+    for i, raw in enumerate(entries):
+        entry = Fields(raw, f"{where}: [{i}]")
+        if "compute" in entry.data:
+            what = entry.data["compute"]
+            skipped.append(f"rank {rank} [{i}]: compute "
+                           + (repr(what[:40]) if isinstance(what, str) else "entry")
+                           + " (communication only is replayed)")
             continue
-        name = entry.get("comms")
-        if not isinstance(name, str):
-            raise TraceError(f"{at}: field 'comms' is missing (expected an op name)")
-        name = name.lower()
+        name = entry.string("comms", what="an op name").lower()
+        req = entry.value("req", lambda v: isinstance(v, str) and len(v) <= 64 or index(v),
+                          "a request id (an integer or a short string) or null", None)
         if name == "wait":
-            req = entry.get("req")
             if req in requests:
                 waits[requests.pop(req)] = len(calls)
             continue
         if name == "init":
             continue
         op = _OPS.get(name)
-        if op is None or (name in ("all_to_allv", "alltoallv") and _uneven(entry)):
-            skipped.append(f"rank {rank} [{i}]: {name}" + (" with uneven splits" if op else ""))
+        uneven = op is not None and name in ("all_to_allv", "alltoallv") and _uneven(entry)
+        if op is None or uneven:
+            skipped.append(f"rank {rank} [{i}]: "
+                           + (f"{name} with uneven splits" if op else name[:40]))
             continue
-        group = _group(entry, at, rank, world, groups)
-        members = next(r for r, g in groups.items() if g == group)
-        call = _call(entry, at, op, group, members, rank, world)
-        if entry.get("req") is not None:
-            requests[entry["req"]] = len(calls)
+        group = _group(entry, rank, world, groups)
+        members_of.setdefault(group, next(r for r, g in groups.items() if g == group))
+        call = _call(entry, op, group, members_of[group], rank, world)
+        if req is not None:
+            requests[req] = len(calls)
         calls.append(call)
     # A call with a wait entry is waited where that entry stood; one without as
     # trace.implied_wait says.
@@ -130,48 +139,45 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
     return done
 
 
-def _uneven(entry: dict[str, Any]) -> bool:
-    splits = [entry.get("in_split") or [], entry.get("out_split") or []]
-    return any(isinstance(s, list) and len(set(s)) > 1 for s in splits)
+def _uneven(entry: Fields) -> bool:
+    splits = [entry.indices(key, MAX_BUFFER_BYTES, default=[])
+              for key in ("in_split", "out_split")]
+    return any(len(set(s)) > 1 for s in splits)
 
 
-def _group(entry: dict[str, Any], at: str, rank: int, world: int,
-           groups: dict[tuple[int, ...], int]) -> int:
-    ranks = entry.get("global_ranks")
+def _group(entry: Fields, rank: int, world: int, groups: dict[tuple[int, ...], int]) -> int:
+    ranks = entry.data.get("global_ranks")
     if ranks is None or ranks == []:
         return 0
-    ranks = fmt.group_ranks(ranks, world, f"{at}: field 'global_ranks'")
+    ranks = fmt.group_ranks(ranks, world, f"{entry.where}: field 'global_ranks'")
     if rank not in ranks:
-        raise TraceError(f"{at}: field 'global_ranks': rank {rank} is not among them")
-    return groups.setdefault(tuple(sorted(ranks)), len(groups))
+        raise entry.fail("global_ranks", f"rank {rank} is not among them")
+    key = tuple(sorted(ranks))
+    if key not in groups and len(groups) >= MAX_GROUPS:
+        raise entry.fail("global_ranks", f"a group past the {MAX_GROUPS} a trace may have")
+    return groups.setdefault(key, len(groups))
 
 
-def _call(entry: dict[str, Any], at: str, op: str, group: int, members: tuple[int, ...],
-          rank: int, world: int) -> Call:
+def _call(entry: Fields, op: str, group: int, members: tuple[int, ...], rank: int,
+          world: int) -> Call:
     if op == "barrier":
         return Call(op=op, group=group)
-    dtype_name = entry.get("dtype")
-    dtype = _DTYPES.get(dtype_name.lower()) if isinstance(dtype_name, str) else None
+    dtype_name = entry.string("dtype", what="one of " + ", ".join(sorted(_DTYPES)))
+    dtype = _DTYPES.get(dtype_name.lower())
     if dtype is None:
-        raise TraceError(f"{at}: field 'dtype': expected one of {', '.join(sorted(_DTYPES))}")
-    sizes = []
-    for key in ("in_msg_size", "out_msg_size"):
-        value = entry.get(key)
-        if not fmt._index(value):
-            raise TraceError(f"{at}: field '{key}': expected a number of elements")
-        sizes.append(value)
+        raise entry.fail("dtype", "expected one of " + ", ".join(sorted(_DTYPES)))
+    most = MAX_BUFFER_BYTES // fmt.DTYPE_BYTES[dtype]
+    sizes = [entry.integer(key, high=most, what=f"a number of elements (at most {most})")
+             for key in ("in_msg_size", "out_msg_size")]
     inputs, outputs = (Buffer(dtype, (sizes[0],)),), (Buffer(dtype, (sizes[1],)),)
     root = peer = None
     if op in fmt.ROOTED:
-        root = entry.get("root", members[0])
-        if root not in members:
-            raise TraceError(f"{at}: field 'root': expected a rank of the group {list(members)}")
+        root = entry.value("root", lambda v: index(v) and v in members,
+                           "a rank of its group", members[0])
     if op in fmt.POINT_TO_POINT:
         key = "dst_rank" if op == "send" else "src_rank"
-        peer = entry.get(key)
-        if not (fmt._index(peer) and peer < world and peer != rank):
-            raise TraceError(f"{at}: field '{key}': expected another rank of the "
-                             f"{world}-rank world")
+        peer = entry.value(key, lambda v: index(v, world - 1) and v != rank,
+                           f"another rank of the {world}-rank world")
     reduce_op = "sum" if op in fmt.REDUCING else None
     if op == "send":
         return Call(op=op, group=group, inputs=inputs, peer=peer)

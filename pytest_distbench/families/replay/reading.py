@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 from . import param
@@ -14,11 +15,13 @@ def is_any_trace(path: Path) -> bool:
     return (path / MANIFEST).is_file() or param.looks_like_param(path)
 
 
-def read(directory: str | os.PathLike[str]) -> Trace:
-    """The trace under `directory`, checked (TraceError naming file and field)."""
+def read(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
+         check: bool = True) -> Trace:
+    """The trace under `directory`, checked (TraceError naming file and field); `keep` and
+    `check` as trace.load's (a PARAM trace is read and checked whole)."""
     root = Path(directory)
     if not root.is_dir():
         raise TraceError(f"{root}: no such directory (a trace is a directory of JSON files)")
     if not (root / MANIFEST).exists() and param.looks_like_param(root):
         return param.load(root)
-    return load(root)
+    return load(root, keep, check)

@@ -29,11 +29,13 @@ import torch.distributed as dist
 
 from ... import units
 from ...harness.ranks.pressure import memory_available
+from ...results.rendering.fit import printable
 from . import trace as trace_format
 from .breakdown import Timed, aggregate
 from .options import SUITES
 from .reading import read
-from .trace import POINT_TO_POINT, Call, Trace, TraceError
+from .schedule import due_points, waits_before
+from .trace import Call, Trace, TraceError
 
 FAMILY = "replay"
 SHIPPED = SUITES / "traces"
@@ -63,46 +65,78 @@ def trace_params(config: pytest.Config) -> list[Any]:
 
 def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
            name: str | None = None) -> None:
-    """Replay `trace` (a Trace or its directory) in this rank and measure it."""
+    """Replay `trace` (a Trace or its directory) in this rank and measure it.
+
+    From a directory, each rank reads the manifest and its own calls only; rank 0 also checks
+    the whole trace, one rank file at a time (docs/replay-trace-format.md, "Memory"). Every
+    rank's verdict is shared before any allocates or fails: one rank refusing alone would
+    leave the others waiting for it in new_group."""
+    rank, world = distbench.rank, distbench.world_size
+    problem: str | None = None
     if not isinstance(trace, Trace):
         try:
-            trace = read(trace)
+            trace = read(trace, keep=(rank,), check=rank == 0)
         except TraceError as exc:
-            pytest.fail(str(exc), pytrace=False)
-    world = distbench.world_size
+            problem, trace = str(exc), None
+    mine = _Summary.of(trace, rank, problem)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine, group=distbench.group)
+    summaries: list[_Summary] = everyone
+    problem = next((s.problem for s in summaries if s.problem), None)
+    if problem or trace is None:
+        pytest.fail(problem or "no trace", pytrace=False)
+    shown = printable(trace.name)
     if world < trace.world_size:
-        pytest.skip(f"trace {trace.name} needs {trace.world_size} ranks; this world has {world}")
-    problem = shape_problem(trace)
+        pytest.skip(f"trace {shown} needs {trace.world_size} ranks; this world has {world}")
+    problem = next((s.shape for s in summaries if s.shape), None) or memory_problem(
+        trace.world_size, summaries)
     if problem:
-        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
-    # Every rank agrees before any allocates: one rank refusing alone would leave the others
-    # waiting for it in new_group.
-    problems: list[Any] = [None] * world
-    dist.all_gather_object(problems, memory_problem(trace, memory_available()),
-                           group=distbench.group)
-    problem = next((p for p in problems if p), None)
-    if problem:
-        pytest.fail(f"trace {trace.name}: {problem}", pytrace=False)
+        pytest.fail(f"trace {shown}: {problem}", pytrace=False)
     groups = _Groups(distbench, trace)
     try:
-        _measure(distbench, trace, groups, name)
+        _measure(distbench, trace, groups, name, summaries[:trace.world_size])
     finally:
         groups.destroy()
 
 
-def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) -> None:
+class _Summary:
+    """What the other ranks need to know of one rank's calls (each rank holds its own only)."""
+
+    def __init__(self, problem: str | None, calls: int = 0, step_bytes: int = 0,
+                 memory_bytes: int = 0, steps: frozenset[int] = frozenset(),
+                 shape: str | None = None, unchecked: frozenset[str] = frozenset(),
+                 available: int | None = None) -> None:
+        self.problem, self.calls, self.step_bytes = problem, calls, step_bytes
+        self.memory_bytes, self.steps, self.shape = memory_bytes, steps, shape
+        self.unchecked, self.available = unchecked, available
+
+    @classmethod
+    def of(cls, trace: Trace | None, rank: int, problem: str | None) -> _Summary:
+        if trace is None or problem:
+            return cls(problem)
+        calls = trace.calls.get(rank, [])
+        return cls(None, len(calls), trace.step_bytes(rank), trace.memory_bytes(rank),
+                   frozenset(c.step for c in calls) if not trace.steps else frozenset(),
+                   shape_problem(trace, rank), frozenset(unchecked(calls, rank)),
+                   memory_available())
+
+
+def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None,
+             summaries: list[_Summary]) -> None:
     rank = distbench.rank
     players = list(range(trace.world_size))
     replayer = _Replayer(trace, rank, groups, distbench.device) if rank in players else None
     step = replayer.step if replayer is not None else _idle
+    nbytes = max(s.step_bytes for s in summaries)  # the busiest rank's bytes per replay
     figures: dict[str, Any] = {
-        "trace": trace.name, "trace_ranks": trace.world_size, "source": trace.source,
-        "captured_backend": trace.backend, "captured_device": trace.device,
-        "steps": len(trace.steps) or len({c.step for cs in trace.calls.values() for c in cs}),
-        "calls": sum(len(cs) for cs in trace.calls.values()),
-        "calls_per_rank": max(len(cs) for cs in trace.calls.values()),
-        "bytes": step_bytes(trace), "skipped": list(trace.skipped),
-        "unchecked": unchecked(trace),
+        "trace": printable(trace.name), "trace_ranks": trace.world_size,
+        "source": trace.source, "captured_backend": trace.backend,
+        "captured_device": trace.device,
+        "steps": len(trace.steps) or len(frozenset().union(*(s.steps for s in summaries))),
+        "calls": sum(s.calls for s in summaries),
+        "calls_per_rank": max(s.calls for s in summaries),
+        "bytes": nbytes, "skipped": list(trace.skipped),
+        "unchecked": sorted(frozenset().union(*(s.unchecked for s in summaries))),
         # Filled by check(), after the timed iterations: measure() keeps this very list.
         "breakdown": [],
     }
@@ -118,7 +152,7 @@ def _measure(distbench: Any, trace: Trace, groups: _Groups, name: str | None) ->
 
     # The ranks past the trace's only keep in step: their times are not the replay's.
     timed = players if trace.world_size < distbench.world_size else None
-    distbench.measure(step, nbytes=step_bytes(trace), family=FAMILY, check=check,
+    distbench.measure(step, nbytes=nbytes, family=FAMILY, check=check,
                       figures=figures, name=name, ranks=timed, pressure_ranks=timed)
 
 
@@ -126,21 +160,10 @@ def _idle() -> None:
     return None
 
 
-def step_bytes(trace: Trace) -> int:
-    """Bytes of one replay: the busiest rank's (nccl-tests' size of each of its calls)."""
-    return max(trace.step_bytes(r) for r in range(trace.world_size))
-
-
-def unchecked(trace: Trace) -> list[str]:
-    """The calls whose results the replay does not check, by kind (e.g. "barrier",
+def unchecked(calls: list[Call], rank: int) -> list[str]:
+    """The calls of `rank` whose results the replay does not check, by kind (e.g. "barrier",
     "all_reduce product", "reduce (non-root ranks)")."""
-    found = set()
-    for rank, calls in trace.calls.items():
-        for c in calls:
-            why = _unchecked(c, rank)
-            if why:
-                found.add(why)
-    return sorted(found)
+    return sorted({why for c in calls if (why := _unchecked(c, rank))})
 
 
 def _unchecked(call: Call, rank: int) -> str | None:
@@ -160,30 +183,27 @@ def _unchecked(call: Call, rank: int) -> str | None:
     return None
 
 
-def memory_problem(trace: Trace, available: int | None) -> str | None:
-    """Why the trace's buffers cannot be allocated in the ranks of this host (None: they can,
-    or the memory available is not known). The ranks of a host share its memory: in a local
+def memory_problem(trace_ranks: int, summaries: list[_Summary]) -> str | None:
+    """Why the trace's buffers cannot be allocated in the ranks of a host (None: they can, or
+    the memory available is not known). The ranks of a host share its memory: in a local
     world all of them, under a launcher LOCAL_WORLD_SIZE."""
-    if available is None:
-        return None
-    here = min(trace.world_size, int(os.environ.get("LOCAL_WORLD_SIZE", trace.world_size)))
-    per_rank = max(trace.memory_bytes(r) for r in range(trace.world_size))
-    if per_rank * here <= available:
-        return None
-    return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
-            f"{units.format_size(per_rank * here)} for its {here} rank(s) on this host, and "
-            f"{units.format_size(available)} of memory is available")
+    here = min(trace_ranks, int(os.environ.get("LOCAL_WORLD_SIZE", trace_ranks)))
+    per_rank = max(s.memory_bytes for s in summaries[:trace_ranks])
+    for s in summaries:
+        if s.available is not None and per_rank * here > s.available:
+            return (f"its buffers need up to {units.format_size(per_rank)} per rank, "
+                    f"{units.format_size(per_rank * here)} for its {here} rank(s) on this "
+                    f"host, and {units.format_size(s.available)} of memory is available")
+    return None
 
 
-def shape_problem(trace: Trace) -> str | None:
-    """Why a call's buffers cannot be replayed as recorded (None: all can). Every rank reads
-    every rank's calls, so every rank fails together, before any collective."""
-    for rank, calls in sorted(trace.calls.items()):
-        for i, c in enumerate(calls):
-            n = trace_format.group_size(trace, c)
-            problem = _call_shape_problem(c, n)
-            if problem:
-                return f"rank {rank} call {i} ({c.op}): {problem}"
+def shape_problem(trace: Trace, rank: int) -> str | None:
+    """Why a call of `rank` cannot be replayed as recorded (None: all can)."""
+    for i, c in enumerate(trace.calls.get(rank, [])):
+        n = trace_format.group_size(trace, c)
+        problem = _call_shape_problem(c, n)
+        if problem:
+            return f"rank {rank} call {i} ({c.op}): {problem}"
     return None
 
 
@@ -291,20 +311,8 @@ class _Replayer:
 
 def waits_at(calls: Sequence[Call]) -> list[list[int]]:
     """For each call index i (and len(calls): the step's end), the calls to wait for before
-    issuing call i. A run of consecutive sends and receives is issued as a whole before any of
-    them is waited for: a pair recorded as blocking on each side in opposite orders (NCCL's
-    small sends complete before their receive is posted) would otherwise hang."""
-    n = len(calls)
-    ops = [c.op for c in calls]
-    due = [n if c.wait_before is None else c.wait_before for c in calls]
-    for k, op in enumerate(ops):
-        if op in POINT_TO_POINT:  # not before the run it belongs to has been issued
-            run_end = trace_format.implied_wait(ops, k, n)
-            due[k] = max(due[k], n if run_end is None else run_end)
-    found: list[list[int]] = [[] for _ in range(n + 1)]
-    for k, at in enumerate(due):
-        found[at].append(k)
-    return found
+    issuing call i: the rule the hang check plays out (schedule.due_points)."""
+    return waits_before(due_points([c.op for c in calls], [c.wait_before for c in calls]))
 
 
 def _empty(buffer: trace_format.Buffer, device: torch.device) -> torch.Tensor:

@@ -12,15 +12,29 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...units import MAX_WORLD_SIZE
+from . import schedule
+from .fields import (
+    MAX_FILE_BYTES,
+    MAX_GROUP_MEMBERS,
+    MAX_GROUPS,
+    Fields,
+    TraceError,
+    index,
+    read_json,
+    type_name,
+)
+from .schedule import implied_wait
+
 FORMAT = "pytest-distbench-trace"
 VERSION = 1
 MANIFEST = "manifest.json"
-MAX_FILE_BYTES = 256 << 20  # a rank file larger than this is not a step's calls
+__all__ = ["MAX_FILE_BYTES", "TraceError", "implied_wait"]  # and the format's names below
 
 DTYPE_BYTES = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
@@ -48,10 +62,6 @@ OPS: dict[str, tuple[str, str]] = {
 ROOTED = ("broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
-
-
-class TraceError(ValueError):
-    """A trace that cannot be replayed: the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -111,17 +121,6 @@ class Trace:
 
     def step_bytes(self, rank: int) -> int:
         return sum(c.nbytes for c in self.calls.get(rank, []))
-
-
-def implied_wait(ops: Sequence[str], i: int, end: int) -> int | None:
-    """Where call `i` is waited when the program's own wait is not known, as an index below
-    `end` (None: at `end`): at once, but a point-to-point call together with its neighbours,
-    before the next collective, so that an exchange in which both ranks send first cannot
-    deadlock in a replay. The capture and the PARAM reader record it; the replay (step.py)
-    holds every point-to-point call's wait at least that late, whatever a trace says."""
-    if ops[i] in POINT_TO_POINT:
-        return next((j for j in range(i + 1, end) if ops[j] not in POINT_TO_POINT), None)
-    return i + 1 if i + 1 < end else None
 
 
 def group_size(trace: Trace, call: Call) -> int:
@@ -207,218 +206,155 @@ def is_trace(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / MANIFEST).is_file()
 
 
-def load(directory: str | os.PathLike[str]) -> Trace:
-    """Read and check the trace under `directory` (TraceError naming file and field)."""
+def load(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
+         check: bool = True) -> Trace:
+    """Read and check the trace under `directory` (TraceError naming file and field).
+
+    `keep`: the ranks whose calls the Trace holds (None: all); `check`: read every rank file
+    to check that a replay would not hang (schedule.py), holding one rank's calls at a time.
+    Without it only the manifest and the kept ranks' files are read."""
     root = Path(directory)
     manifest_path = root / MANIFEST
-    manifest = _read_json(manifest_path)
     where = str(manifest_path)
-    _expect(manifest, "format", where, lambda v: v == FORMAT, f"{FORMAT!r}")
-    _expect(manifest, "version", where, lambda v: v == VERSION, f"{VERSION}")
-    world = _expect(manifest, "world_size", where, _positive_int, "a positive integer")
-    name = manifest.get("name") or root.resolve().name
-    if not isinstance(name, str):
-        raise TraceError(f"{where}: field 'name': expected a string")
-    groups = _groups(manifest, world, where)
-    files = _expect(manifest, "ranks", where, lambda v: isinstance(v, dict), "an object")
-    missing = [r for r in range(world) if str(r) not in files]
-    if missing:
-        raise TraceError(f"{where}: field 'ranks': no file for rank {missing[0]} of a "
-                         f"{world}-rank trace")
-    calls: dict[int, list[Call]] = {}
+    m = Fields(read_json(manifest_path, root), where)
+    m.string("format", (FORMAT,), repr(FORMAT))
+    m.integer("version", VERSION, VERSION, str(VERSION))
+    world = m.integer("world_size", 1, MAX_WORLD_SIZE, f"a world size of 1..{MAX_WORLD_SIZE}")
+    name = m.string("name", default=None) or root.resolve().name
+    groups = _groups(m, world)
+    files = m.value("ranks", lambda v: isinstance(v, dict), "an object")
+    missing = next((r for r in range(world) if str(r) not in files), None)
+    if missing is not None:
+        raise m.fail("ranks", f"no file for rank {missing} of a {world}-rank trace")
+    trace = Trace(name=name, world_size=world, groups=groups, calls={},
+                  backend=m.string("backend", default=None),
+                  device=m.string("device", default=None),
+                  steps=m.indices("steps", default=[]),
+                  source=m.string("source", default=None) or "capture",
+                  skipped=m.strings("skipped", default=[]))
+    schedules: dict[int, schedule.Schedule] = {}
     for r in range(world):
-        relative = files[str(r)]
-        if not isinstance(relative, str) or Path(relative).name != relative:
-            raise TraceError(f"{where}: field 'ranks.{r}': expected a file name in the trace "
-                             f"directory, got {relative!r}")
-        calls[r] = _rank_calls(root / relative, r, world, groups)
-    skipped = manifest.get("skipped", [])
-    if not (isinstance(skipped, list) and all(isinstance(s, str) for s in skipped)):
-        raise TraceError(f"{where}: field 'skipped': expected a list of strings")
-    steps = manifest.get("steps", [])
-    if not (isinstance(steps, list) and all(_index(s) for s in steps)):
-        raise TraceError(f"{where}: field 'steps': expected a list of step indices")
-    trace = Trace(name=name, world_size=world, groups=groups, calls=calls,
-                  backend=_optional_str(manifest, "backend", where),
-                  device=_optional_str(manifest, "device", where), steps=steps,
-                  source=_optional_str(manifest, "source", where) or "capture",
-                  skipped=skipped)
-    check_matching(trace, where)
+        wanted = keep is None or r in keep
+        if not (wanted or check):
+            continue
+        # Only the name this format gives: a file name from the manifest is never echoed.
+        if files[str(r)] != rank_file(r):
+            raise m.fail(f"ranks.{r}", f"expected {rank_file(r)!r}, the rank's file name in "
+                         f"the trace directory, got {type_name(files[str(r)])}")
+        calls = _rank_calls(root / rank_file(r), root, r, world, groups)
+        if wanted:
+            calls = list(calls)
+            trace.calls[r] = calls
+        if check:  # a rank not kept: each call dropped once its schedule entry is made
+            schedules[r] = schedule_of(calls)
+    if check:
+        schedule.check(schedules, groups, where)
     return trace
 
 
 def check_matching(trace: Trace, where: str) -> None:
-    """Every group's members issue the same collectives in the same order, and every send has
-    its receive: else the replay would hang, so the trace is refused (TraceError)."""
-    for g, members in trace.groups.items():
-        sequences = {r: [(c.op, c.nbytes if c.op != "barrier" else 0)
-                         for c in trace.calls[r] if c.group == g and c.op not in POINT_TO_POINT]
-                     for r in members}
-        first = sequences[members[0]]
-        for r in members[1:]:
-            if sequences[r] != first:
-                pairs = enumerate(zip(first, sequences[r], strict=False))
-                at = next((i for i, (a, b) in pairs if a != b),
-                          min(len(first), len(sequences[r])))
-                raise TraceError(
-                    f"{where}: group {g} {list(members)}: rank {members[0]} and rank {r} "
-                    f"differ at their collective {at} in that group (a replay would hang)")
-    for r, calls in trace.calls.items():
-        for kind, other in (("send", "recv"), ("recv", "send")):
-            for peer in {c.peer for c in calls if c.op == kind}:
-                mine = [c.nbytes for c in calls if c.op == kind and c.peer == peer]
-                theirs = [c.nbytes for c in trace.calls[peer] if c.op == other and c.peer == r]
-                if mine != theirs:
-                    raise TraceError(
-                        f"{where}: rank {r}'s {kind}s to/from rank {peer} ({len(mine)}) do not "
-                        f"match rank {peer}'s {other}s ({len(theirs)}) in count and size")
+    """TraceError where a replay of `trace` (every rank's calls held) would hang."""
+    schedule.check({r: schedule_of(calls) for r, calls in trace.calls.items()}, trace.groups,
+                   where)
 
 
-def _rank_calls(path: Path, rank: int, world: int, groups: dict[int, tuple[int, ...]]
-                ) -> list[Call]:
-    data = _read_json(path)
+def schedule_of(calls: Iterable[Call]) -> schedule.Schedule:
+    """A rank's calls as the hang check plays them out: what each call's counterpart in
+    another rank must share (collectives: op, bytes, dtypes, reduce op and root; a send and
+    its receive: bytes and dtypes)."""
+    s = schedule.Schedule()
+    waits = []
+    for c in calls:
+        dtypes = tuple(sorted({b.dtype for b in (*c.inputs, *c.outputs)}))
+        if c.op in POINT_TO_POINT:
+            s.add(c.op, c.group, c.peer, (c.nbytes, dtypes))
+        else:
+            s.add(c.op, c.group, None, (c.op, c.nbytes, dtypes, c.reduce_op, c.root))
+        waits.append(c.wait_before)
+    s.close(waits)
+    return s
+
+
+def _rank_calls(path: Path, root: Path, rank: int, world: int,
+                groups: dict[int, tuple[int, ...]]) -> Iterator[Call]:
+    """The rank file's calls, each checked as it is made."""
     where = str(path)
-    _expect(data, "version", where, lambda v: v == VERSION, f"{VERSION}")
-    _expect(data, "rank", where, lambda v: v == rank, f"{rank} (the manifest's)")
-    raw = _expect(data, "calls", where, lambda v: isinstance(v, list), "a list")
-    calls = [_call(item, f"{where}: calls[{i}]", rank, world, groups)
-             for i, item in enumerate(raw)]
-    for i, c in enumerate(calls):
-        if c.wait_before is not None and not i < c.wait_before <= len(calls):
+    data = Fields(read_json(path, root), where)
+    data.integer("version", VERSION, VERSION, str(VERSION))
+    data.integer("rank", rank, rank, f"{rank} (the manifest's)")
+    raw = data.value("calls", lambda v: isinstance(v, list), "a list")
+    n = len(raw)
+    del data  # the parsed file goes as its calls do
+    for i in range(n):
+        c = _call(Fields(raw[i], f"{where}: calls[{i}]"), rank, world, groups)
+        raw[i] = None
+        if c.wait_before is not None and not i < c.wait_before <= n:
             raise TraceError(f"{where}: calls[{i}]: field 'wait_before': {c.wait_before} is "
-                             f"not after the call (expected {i + 1}..{len(calls)} or null)")
-    return calls
+                             f"not after the call (expected {i + 1}..{n} or null)")
+        yield c
 
 
-def _call(item: Any, where: str, rank: int, world: int, groups: dict[int, tuple[int, ...]]
-          ) -> Call:
-    if not isinstance(item, dict):
-        raise TraceError(f"{where}: expected an object")
-    op = _expect(item, "op", where, lambda v: v in OPS, "one of " + ", ".join(OPS))
-    group = _expect(item, "group", where, lambda v: v in groups if isinstance(v, int) else False,
-                    "the id of a group in the manifest")
+def _call(item: Fields, rank: int, world: int, groups: dict[int, tuple[int, ...]]) -> Call:
+    op = item.string("op", tuple(OPS))
+    group = item.value("group", lambda v: index(v) and v in groups,
+                       "the id of a group in the manifest")
     if rank not in groups[group]:
-        raise TraceError(f"{where}: field 'group': rank {rank} is not in group {group}")
-    inputs = _buffers(item, "inputs", where)
-    outputs = _buffers(item, "outputs", where)
-    reduce_op = item.get("reduce_op")
-    if op in REDUCING and reduce_op not in REDUCE_OPS:
-        raise TraceError(f"{where}: field 'reduce_op': expected one of {', '.join(REDUCE_OPS)}")
+        raise item.fail("group", f"rank {rank} is not in group {group}")
+    inputs = _buffers(item, "inputs")
+    outputs = _buffers(item, "outputs")
+    reduce_op = item.string("reduce_op", REDUCE_OPS) if op in REDUCING else None
     root = peer = None
     if op in ROOTED:
-        root = _expect(item, "root", where, lambda v: v in groups[group] if _index(v) else False,
-                       f"a global rank of group {group}")
+        root = item.value("root", lambda v: index(v) and v in groups[group],
+                          f"a global rank of group {group}")
     if op in POINT_TO_POINT:
-        peer = _expect(item, "peer", where,
-                       lambda v: _index(v) and v < world and v != rank,
-                       f"another rank of the {world}-rank world")
+        peer = item.value("peer", lambda v: index(v, world - 1) and v != rank,
+                          f"another rank of the {world}-rank world")
     if op != "barrier" and not (inputs if OPS[op][0] == "inputs" else outputs):
-        raise TraceError(f"{where}: field '{OPS[op][0]}': {op} needs at least one buffer")
-    wait_before = item.get("wait_before")
-    if wait_before is not None and not _index(wait_before):
-        raise TraceError(f"{where}: field 'wait_before': expected a call index or null")
-    step = item.get("step", 0)
-    if not _index(step):
-        raise TraceError(f"{where}: field 'step': expected a step index")
-    times = {}
-    for key in ("issued_s", "completed_s"):
-        value = item.get(key)
-        if value is not None and not (isinstance(value, (int, float)) and not isinstance(
-                value, bool) and math.isfinite(value)):
-            raise TraceError(f"{where}: field '{key}': expected seconds or null")
-        times[key] = value
-    return Call(op=op, group=group, inputs=inputs, outputs=outputs,
-                reduce_op=reduce_op if op in REDUCING else None, root=root, peer=peer,
-                wait_before=wait_before, step=step, **times)
+        raise item.fail(OPS[op][0], f"{op} needs at least one buffer")
+    return Call(op=op, group=group, inputs=inputs, outputs=outputs, reduce_op=reduce_op,
+                root=root, peer=peer,
+                wait_before=item.integer("wait_before", what="a call index or null",
+                                         default=None),
+                step=item.integer("step", what="a step index", default=0),
+                issued_s=item.seconds("issued_s"), completed_s=item.seconds("completed_s"))
 
 
-def _buffers(item: dict[str, Any], key: str, where: str) -> tuple[Buffer, ...]:
-    raw = item.get(key, [])
-    if not isinstance(raw, list):
-        raise TraceError(f"{where}: field '{key}': expected a list of buffers")
+def _buffers(item: Fields, key: str) -> tuple[Buffer, ...]:
+    raw = item.value(key, lambda v: isinstance(v, list), "a list of buffers", [])
     found = []
     for i, b in enumerate(raw):
-        if not (isinstance(b, dict) and b.get("dtype") in DTYPE_BYTES):
-            raise TraceError(f"{where}: field '{key}[{i}].dtype': expected one of "
-                             + ", ".join(DTYPE_BYTES))
-        shape = b.get("shape")
-        if not (isinstance(shape, list) and len(shape) <= 16 and all(_index(d) for d in shape)):
-            raise TraceError(f"{where}: field '{key}[{i}].shape': expected a list of sizes")
-        found.append(Buffer(b["dtype"], tuple(shape)))
+        buffer = Fields(b, item.where, f"{key}[{i}].")
+        dtype = buffer.string("dtype", tuple(DTYPE_BYTES))
+        found.append(Buffer(dtype, buffer.shape("shape", DTYPE_BYTES[dtype])))
     return tuple(found)
 
 
-def _groups(manifest: dict[str, Any], world: int, where: str) -> dict[int, tuple[int, ...]]:
-    raw = _expect(manifest, "groups", where, lambda v: isinstance(v, list), "a list")
+def _groups(m: Fields, world: int) -> dict[int, tuple[int, ...]]:
+    raw = m.value("groups", lambda v: isinstance(v, list) and len(v) <= MAX_GROUPS,
+                  f"a list of at most {MAX_GROUPS} groups")
     groups: dict[int, tuple[int, ...]] = {}
+    members = 0
     for i, g in enumerate(raw):
-        at = f"{where}: field 'groups[{i}]"
-        if not (isinstance(g, dict) and _index(g.get("id")) and g["id"] not in groups):
-            raise TraceError(f"{at}.id': expected a group id not used before")
-        groups[g["id"]] = group_ranks(g.get("ranks"), world, f"{at}.ranks'")
+        at = f"{m.where}: field 'groups[{i}]"
+        group = Fields(g, m.where, f"groups[{i}].")
+        gid = group.value("id", lambda v: index(v) and v not in groups,
+                          "a group id not used before")
+        groups[gid] = group_ranks(g.get("ranks"), world, f"{at}.ranks'")
+        members += len(groups[gid])
+        if members > MAX_GROUP_MEMBERS:
+            raise m.fail("groups", f"more than {MAX_GROUP_MEMBERS} ranks in all its groups")
     if groups.get(0) != tuple(range(world)):
-        raise TraceError(f"{where}: field 'groups': group 0 must be the whole world "
-                         f"(ranks 0..{world - 1})")
+        raise m.fail("groups", f"group 0 must be the whole world (ranks 0..{world - 1})")
     return groups
 
 
 def group_ranks(value: Any, world: int, where: str) -> tuple[int, ...]:
     """A group's global ranks, checked: distinct ranks of the `world`-rank world."""
-    if not (isinstance(value, list) and value and all(_index(r) for r in value)
-            and len(set(value)) == len(value)):
-        raise TraceError(f"{where}: expected distinct global ranks")
+    if not (isinstance(value, list) and value and len(value) <= world
+            and all(index(r, MAX_WORLD_SIZE) for r in value) and len(set(value)) == len(value)):
+        raise TraceError(f"{where}: expected distinct global ranks, at most {world}")
     outside = [r for r in value if r >= world]
     if outside:
         raise TraceError(f"{where}: rank {outside[0]} is outside the {world}-rank world")
     return tuple(value)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    data = _read_any_json(path)
-    if not isinstance(data, dict):
-        raise TraceError(f"{path}: expected a JSON object at the top")
-    return data
-
-
-def _read_any_json(path: Path) -> Any:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise TraceError(f"{path}: {size} bytes, more than a trace file may hold "
-                             f"({MAX_FILE_BYTES >> 20} MiB)")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file (is the directory a trace?)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}: cannot be read ({e})") from None
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise TraceError(f"{path}: not JSON ({e})") from None
-
-
-def _expect(data: dict[str, Any], key: str, where: str, ok: Any, what: str) -> Any:
-    if key not in data:
-        raise TraceError(f"{where}: field '{key}' is missing (expected {what})")
-    value = data[key]
-    if not ok(value):
-        raise TraceError(f"{where}: field '{key}': expected {what}, got {_short(value)}")
-    return value
-
-
-def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise TraceError(f"{where}: field '{key}': expected a string")
-    return value
-
-
-def _index(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _positive_int(value: Any) -> bool:
-    return _index(value) and value > 0
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -30,7 +30,7 @@ from ..wire import (
     TestOutcome,
     from_settings,
 )
-from .records import build_records, mark_invalid
+from .records import add_peaks, build_records, mark_invalid
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
 BACKEND_ARG = "distbench_backend"
@@ -212,6 +212,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             record["live_reports"] = reports
     _add_environment_section(item, records)
     broken = mark_invalid(records)
+    add_peaks(item.config, records)
     if keep is not None:
         keep.extend(records)
     if broken:

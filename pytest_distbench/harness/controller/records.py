@@ -13,14 +13,31 @@ from typing import Any
 
 import pytest
 
+from ... import registry
 from ...registry import completed_figures
-from ...results import sanity
+from ...results import peaks, sanity
 from ...results.document.record import Pressure, Record
 from ...results.document.schema import RecordError, check_record
 from ...results.statistics import interval, stats
-from ...settings import Settings
-from ..environment.physical import machine_bounds, refined_bounds
+from ...settings import Settings, of_session
+from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
+from .session import SESSION_KEY
+
+
+def add_peaks(config: pytest.Config, records: list[Record]) -> None:
+    """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
+    one, else measured here, else published for its GPU (worlds on one host only). Only
+    records of nccl-tests style tables, whose legend names the peak (a family's own style
+    shows its own figures)."""
+    declared = of_session(config).peak_busbw or {}
+    session = config.stash.get(SESSION_KEY, None)
+    one_host = session is None or not session.external
+    for record in records:
+        if (not record.get("invalid") and not record.get("incomplete")
+                and registry.table_style(record["family"]) is None):
+            peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
+            record["of_peak"] = peaks.of_peak(record, peak)
 
 
 def mark_invalid(records: list[Record]) -> str:
@@ -116,6 +133,7 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
         "count": first.count,
         "dtype": first.dtype,
         "busbw_factor": first.busbw_factor,
+        "moves_no_data": first.moves_no_data,
         "warmup": first.warmup,
         "wrong": None if first.wrong is None else sum(m.wrong or 0 for m in ms),
         "threshold": threshold,
@@ -161,11 +179,13 @@ def summarize_record(record: Record, rank_samples: list[list[float]]) -> None:
     """Fill in what a record derives from its per-rank samples (an iteration lasts as long
     as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
     stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of
-    every figure."""
+    every figure. A call that moves no data (record["moves_no_data"]) has no bandwidth: its
+    bytes over its time would be a rate of nothing (one rank's in-place all_reduce printed
+    5,099,682 GB/s on an H200)."""
     timed = [s for s in rank_samples if s]
     samples = stats.per_iteration_max(timed)
     summary = stats.summarize(samples)
-    nbytes = record.get("nbytes")
+    nbytes = None if record.get("moves_no_data") else record.get("nbytes")
     algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
     record.update(
         iterations=len(samples),

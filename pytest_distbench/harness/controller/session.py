@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -38,6 +39,15 @@ class Session:
         self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
         # Written outputs that failed: the session fails (outputs.py).
         self.output_errors: list[str] = []
+
+    def add_rank_infos(self, infos: Iterable[dict[str, Any]]) -> None:
+        """What the ranks of a newly started world saw (GPU, NCCL, the GPU's copy rate, which
+        the sanity rules hold that world's figures to from its first test on)."""
+        from ..environment.physical import note_rank_facts
+
+        infos = list(infos)
+        self.rank_infos.extend(infos)
+        note_rank_facts(infos)
 
     def run_item(self, item: pytest.Function, settings: Settings, key: Any,
                  fresh_world_after: bool = False, keep: bool = True) -> list[dict[str, Any]]:

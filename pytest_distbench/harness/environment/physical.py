@@ -2,7 +2,9 @@
 
 Measured in the process that judges the records (the controller, or rank 0 under a launcher),
 on first use, in well under a second: the fastest memory copy torch makes, and the shortest
-round trip of one byte between two processes through the kernel.
+round trip of one byte between two processes through the kernel. A GPU's copy rate is
+measured by the ranks of a CUDA world when it starts (ranks/device_probe.py: the controller
+never touches a GPU) and noted here from what they report.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
 
 from ...results.sanity import MachineBounds
 
@@ -34,13 +38,37 @@ _ECHO = (
 
 
 _best: list[MachineBounds] = []  # the best bounds measured so far in this process
+_device_copies: list[float] = []  # what the ranks of CUDA worlds measured (GB/s)
+_gpus: list[str] = []  # the GPUs' names the ranks reported, first seen first
+
+
+def note_rank_facts(infos: Iterable[dict[str, Any]]) -> None:
+    """Keep the GPU copy rates the ranks of a new world measured (rank_environment's
+    `device_copy_gbps`)."""
+    for info in infos:
+        if info.get("gpu") and info["gpu"] not in _gpus:
+            _gpus.append(str(info["gpu"]))
+        gbps = info.get("device_copy_gbps")
+        if isinstance(gbps, (int, float)) and not isinstance(gbps, bool) and gbps > 0:
+            _device_copies.append(float(gbps))
+
+
+def gpu_names() -> list[str]:
+    """The names of the GPUs the ranks of this session's CUDA worlds drove."""
+    return list(_gpus)
 
 
 def machine_bounds() -> MachineBounds:
-    """The machine's limits, measured on first use."""
+    """The machine's limits, measured on first use, with the GPUs' copy rate noted so far."""
     if not _best:
         _best.append(_measure())
-    return _best[0]
+    return _with_device(_best[0])
+
+
+def _with_device(bounds: MachineBounds) -> MachineBounds:
+    # The fastest any rank measured: a bound is the best the hardware showed (as the host's
+    # copy), so a slow probe in one rank never calls another rank's real figure impossible.
+    return replace(bounds, device_copy_gbps=max(_device_copies, default=None))
 
 
 def refined_bounds() -> MachineBounds:
@@ -50,12 +78,12 @@ def refined_bounds() -> MachineBounds:
     old, new = machine_bounds(), _measure()
     _best[0] = MachineBounds(copy_gbps=_best_of(max, old.copy_gbps, new.copy_gbps),
                              round_trip_s=_best_of(min, old.round_trip_s, new.round_trip_s))
-    return _best[0]
+    return _with_device(_best[0])
 
 
 def measured_bounds() -> MachineBounds | None:
     """The bounds if this process measured them (for the results file), else None."""
-    return _best[0] if _best else None
+    return _with_device(_best[0]) if _best else None
 
 
 def _measure() -> MachineBounds:

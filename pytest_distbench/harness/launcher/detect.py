@@ -24,14 +24,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from ...units import MAX_WORLD_SIZE
+
 # Port of the rendezvous store when the launcher names none (SLURM, MPI without MASTER_PORT).
 DEFAULT_PORT = 29500
 SLURM_PORT_BASE = 20000  # SLURM: DEFAULT is offset by the job id so two jobs on a node differ
 SLURM_PORT_SPAN = 20000
-# The most ranks a world may have: far beyond any job we know of, and small enough that every
-# count a launcher hands over fits what the store and the sockets take (a world size of 10**30
-# overflowed in listen()).
-MAX_WORLD_SIZE = 65536
 # SLURM job ids are 32-bit; the job id only shifts the store's default port.
 MAX_SLURM_JOB_ID = 2**32
 _DIGITS = re.compile(r"[0-9]+")

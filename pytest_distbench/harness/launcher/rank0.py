@@ -138,7 +138,7 @@ class RankZeroSession(LauncherSession):
     def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
                posted: dict[int, wire.Outcome]) -> tuple[list[dict[str, Any]], wire.Verdict]:
         """The test's records (kept, gated) and the verdict every rank applies."""
-        self.rank_infos.extend(o.info for o in posted.values() if o.info)
+        self.add_rank_infos(o.info for o in posted.values() if o.info)
         rebuild = any(o.status == "failed" or o.released or o.rebuild for o in posted.values())
         verdict = wire.Verdict("passed", "", rebuild)
         records: list[dict[str, Any]] = []

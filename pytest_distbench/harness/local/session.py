@@ -86,7 +86,7 @@ class LocalSession(Session):
         )
         world.start(START_TIMEOUT_S)
         self.world_starts.append((str(key), world.start_s))
-        self.rank_infos.extend(world.info.values())
+        self.add_rank_infos(world.info.values())
         self.worlds[key] = world
         return world
 

@@ -162,7 +162,12 @@ class Rank:
     def info(self) -> dict[str, Any]:
         from ...results.document.environment import rank_environment
 
-        return rank_environment(self.spec.backend, self.device)
+        info = rank_environment(self.spec.backend, self.device)
+        if self.device.type == "cuda":  # once per world: what its bandwidths are held to
+            from .device_probe import device_copy_gbps
+
+            info["device_copy_gbps"] = device_copy_gbps(self.device)
+        return info
 
     def run(self, task: RunTest) -> TestOutcome:
         """Run one test body; then make sure it left this rank fit for the next one."""

@@ -95,8 +95,12 @@ class Distbench:
         pressure_ranks: Iterable[int] | None = None,
         ranks: Iterable[int] | None = None,
         headline: str = "p50",
+        moves_no_data: str | None = None,
     ) -> None:
         """Time `fn()`; bandwidth comes from `nbytes`, `check()` counts wrong elements.
+
+        `moves_no_data`: why this call moves no data at this size and world (one rank, in
+        place: its output is its input); the record then has no bandwidth, only the time.
 
         `figures` are the family's own JSON-able values for the record (rank 0's are kept);
         `figures["messages_per_iteration"]` (default 1) is what live reports count.
@@ -202,6 +206,7 @@ class Distbench:
             pressure=pressure.describe() if pressure is not None else None,
             timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
             stop=stop,
+            moves_no_data=moves_no_data,
         ))
 
     def record(

@@ -92,7 +92,7 @@ class ControllerPlugin:
             self._received.append((position, len(self._received), record))
         self._received.sort(key=lambda entry: entry[:2])
         self.session.records[:] = [record for _, _, record in self._received]
-        self.session.rank_infos.extend(data["rank_infos"])
+        self.session.add_rank_infos(data["rank_infos"])
         self.session.world_starts.extend(
             (f"{worker} {key}", seconds) for key, seconds in data["world_starts"])
         self.session.notes.extend(data["notes"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ..document import history, io, schema
+from ..document import history, io, nccl_tests, schema
 from ..document.record import Record
 from ..statistics.runs import MIN_RUNS
 from . import verdict
@@ -25,6 +25,9 @@ class Gate:
         self.baseline = schema.records(document)
         self.strict = strict
         self.runs = history.p50_runs(document)  # oldest first; the file's run last
+        # nccl-tests' JSON as the baseline: its records are keyed by what they measured, and
+        # so is each fresh record looked up (nccl_tests.key), not by pytest node id.
+        self.id_of = nccl_tests.key if nccl_tests.from_document(document) else _own_id
 
     @classmethod
     def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
@@ -49,10 +52,11 @@ class Gate:
 
     def judge(self, record: Record, threshold: float) -> verdict.Verdict | None:
         """The verdict for one fresh record, or None when the baseline lacks it."""
-        base = self.baseline.get(record["id"])
+        found = self.id_of(record)
+        base = self.baseline.get(found)
         if base is None:
             return None
-        stored = [run[record["id"]] for run in self.runs if record["id"] in run]
+        stored = [run[found] for run in self.runs if found in run]
         return verdict.judge_records(base, record, threshold, stored_p50s=stored)
 
     @property
@@ -90,3 +94,7 @@ class Gate:
             baseline_label=str(self.path),
             current_label="this run",
         )
+
+
+def _own_id(record: Record) -> str:
+    return record["id"]

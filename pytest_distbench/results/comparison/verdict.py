@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
+from ..document import nccl_tests
 from ..document.history import p50_runs
 from ..document.record import Record
 from ..document.schema import records
@@ -135,12 +136,21 @@ def judge_records(
         kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
         detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
         noise = "within-run only: run-to-run noise unknown (1 stored run)"
-    if (kind in ("regression", "improvement") and change is not None and detectable is not None
-            and change > -1 and abs(math.log1p(change)) < math.log1p(detectable)):
+    single = z is None and min(len(base["samples"]), len(cur["samples"])) == 1
+    if single and change is not None and change > -1:
+        # One sample on a side (nccl-tests' mean per size) allows no test: the change is held
+        # to the threshold alone, and the verdict is never gateable (slower/faster below).
+        kind = ("regression" if change > threshold else
+                "improvement" if 1 / (1 + change) - 1 > threshold else "unchanged")
+        noise = "one sample on a side (nccl-tests' mean): held to the threshold, no test"
+    elif (kind in ("regression", "improvement") and change is not None
+            and detectable is not None and change > -1
+            and abs(math.log1p(change)) < math.log1p(detectable)):
         # A change smaller than this comparison can tell from its own noise is not one (in
         # ratio terms: detectable +50 % slower is the same size as 1/1.5 faster).
         kind = "unchanged"
-    if kind in ("regression", "improvement") and z is None and _intervals_overlap(base, cur):
+    if (kind in ("regression", "improvement") and z is None and not single
+            and _intervals_overlap(base, cur)):
         # Two runs whose p50 intervals overlap have not shown different p50s.
         kind = "unchanged"
     if kind == "unchanged" and _beyond_threshold(change, threshold):
@@ -207,6 +217,8 @@ def compare_documents(
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    foreign = nccl_tests.from_document(baseline_doc) or nccl_tests.from_document(current_doc)
+    baseline_doc, current_doc = nccl_tests.aligned(baseline_doc, current_doc)
     if not (math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     base_records = records(baseline_doc)
@@ -236,8 +248,8 @@ def compare_documents(
         alpha=alpha,
         fingerprint_differences=tuple(
             fingerprint_differences(
-                baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"]
-            )
+                baseline_doc["distbench"]["environment"], current_doc["distbench"]["environment"],
+                nccl_tests.FINGERPRINT if foreign else FINGERPRINT_FIELDS)
             + placement_differences(base_records, cur_records)
             + timing_differences(base_records, cur_records)
         ),
@@ -276,10 +288,11 @@ def _one_sided(
     )
 
 
-def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str, Any]) -> list[str]:
+def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str, Any],
+                            fields: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
     """Human-readable lines for each fingerprint field that differs between two environments."""
     lines = []
-    for key in FINGERPRINT_FIELDS:
+    for key in fields:
         base = baseline_env.get(key)
         cur = current_env.get(key)
         if key == "world_sizes":

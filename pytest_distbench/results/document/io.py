@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...units import format_size
+from . import nccl_tests
 from .schema import SchemaError, is_number, validate_document
 
 # The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
@@ -266,7 +267,8 @@ def _dumps(value: Any, indent: int = 0) -> str:
 
 
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a results file; any problem is a ResultsFileError naming file and field."""
+    """Read and validate a results file, or nccl-tests' JSON as one (nccl_tests.py); any
+    problem is a ResultsFileError naming file and field."""
     raw = _read_bounded(path)
 
     try:
@@ -291,6 +293,11 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as exc:  # e.g. integers with more digits than Python agrees to parse
         raise ResultsFileError(path, f"not valid JSON for a results file: {exc}") from None
 
+    if nccl_tests.is_nccl_tests(doc):  # nccl-tests' own -J output: its figures as records
+        try:
+            return nccl_tests.as_document(doc, path)
+        except nccl_tests.NcclTestsError as exc:
+            raise ResultsFileError(path, f"nccl-tests JSON: {exc.message}", exc.field) from None
     try:
         validate_document(doc)
     except SchemaError as exc:
@@ -299,32 +306,59 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _read_bounded(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a regular file of at most MAX_RESULTS_BYTES; anything else refused."""
+    """The bytes of a results file: a regular file of at most MAX_RESULTS_BYTES."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | _OPEN_FLAGS)
+        return read_regular_file(path, MAX_RESULTS_BYTES, "a results file",
+                                 limit_doc="docs/results-schema.md")
+    except UnreadableFile as exc:
+        raise ResultsFileError(path, str(exc)) from None
+
+
+class UnreadableFile(Exception):
+    """A file refused by read_regular_file; str() says why, without the path."""
+
+
+def read_regular_file(path: str | os.PathLike[str], limit: int, what: str, *,
+                      within: str | os.PathLike[str] | None = None,
+                      limit_doc: str | None = None) -> bytes:
+    """The bytes of the regular file `path`, of at most `limit` bytes, read without waiting:
+    a FIFO, a device or a directory is refused unread (`what` names what the file should
+    be: "is a FIFO, not a results file"), so is a larger file, and with `within`, a path
+    that leads (through a link) out of that directory, which is never opened (UnreadableFile
+    says why). Every input read from a file someone else wrote goes through here."""
+    target: str | os.PathLike[str] = path
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | _OPEN_FLAGS
+    try:
+        if within is not None:
+            real, home = os.path.realpath(path), os.path.realpath(within)
+            if os.path.commonpath([real, home]) != home:
+                raise UnreadableFile(f"a link leading out of {within}; not read")
+            # The path checked is the path opened: a link put in its place meanwhile is
+            # refused rather than followed.
+            target, flags = real, flags | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(target, flags)
     except FileNotFoundError:
-        raise ResultsFileError(path, "no such file") from None
+        raise UnreadableFile("no such file") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
-        raise ResultsFileError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
-                               ) from None
+        raise UnreadableFile(f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ResultsFileError(path, f"is {_kind(st.st_mode)}, not a results file")
-        too_large = ResultsFileError(path, f"larger than {format_size(MAX_RESULTS_BYTES)}, the "
-                                           "most a results file may be (docs/results-schema.md)")
-        if st.st_size > MAX_RESULTS_BYTES:
+            raise UnreadableFile(f"is {_kind(st.st_mode)}, not {what}")
+        too_large = UnreadableFile(f"larger than {format_size(limit)}, the most {what} may be"
+                                   + (f" ({limit_doc})" if limit_doc else ""))
+        if st.st_size > limit:
             raise too_large
         chunks, size = [], 0
         # Read to the limit, not to st_size: the file may grow while it is read.
-        while chunk := os.read(fd, min(2**24, MAX_RESULTS_BYTES + 1 - size)):
+        while chunk := os.read(fd, min(2**24, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_RESULTS_BYTES:
+            if size > limit:
                 raise too_large
         return b"".join(chunks)
     except OSError as exc:
-        raise ResultsFileError(path, f"cannot read: {exc.strerror or exc}") from None
+        raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
 

@@ -23,7 +23,7 @@ NULLABLE_RECORD_FIELDS = (
     "nbytes", "count", "dtype", "busbw_factor", "warmup", "iterations",
     "algbw_gbps", "busbw_gbps", "wrong", "skew", "stalls", "threshold",
     "duration_s", "peak_rss_bytes", "pressure", "p50_ci", "timing", "batch_iterations",
-    "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes",
+    "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes", "moves_no_data", "of_peak",
 )  # fmt: skip
 
 

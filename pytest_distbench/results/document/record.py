@@ -106,6 +106,15 @@ class ABField(TypedDict, total=False):
     wall_s: float
 
 
+class OfPeak(TypedDict):
+    """`of_peak`: one of the record's bandwidths as a share of a named peak (results/peaks.py)."""
+
+    pct: float  # 100 x bandwidth / peak_gbps
+    bandwidth: str  # which bandwidth is compared: "busbw" or "algbw"
+    peak_gbps: float
+    source: str  # where the peak comes from: measured, declared or published, and which
+
+
 class _Identity(TypedDict):
     """The keys every record has (the required ones of docs/results-schema.md)."""
 
@@ -130,6 +139,7 @@ class Record(_Identity, total=False):
     count: int | None
     dtype: str | None
     busbw_factor: float | None
+    moves_no_data: str | None
     warmup: int | None
     iterations: int | None
     rank_samples: list[list[float]]
@@ -138,6 +148,7 @@ class Record(_Identity, total=False):
     revisits: list[float] | None
     algbw_gbps: float | None
     busbw_gbps: float | None
+    of_peak: OfPeak | None
     wrong: int | None
     skew: float | None
     stalls: int | None

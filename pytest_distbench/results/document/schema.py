@@ -148,7 +148,7 @@ def validate_record(record: Record, where: str) -> None:
                               f"expected an object, got {_json_type(record[key])}")
     for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
         _int_field(record, key, where, minimum=0, nullable=True)
-    for key in ("dtype", "placement"):  # placement keys tables and comparisons: a string
+    for key in ("dtype", "placement", "moves_no_data"):  # placement keys tables: a string
         if record.get(key) is not None and not isinstance(record[key], str):
             raise SchemaError(_at(where, key), f"expected a string or null, got "
                               f"{_json_type(record[key])}")
@@ -158,6 +158,15 @@ def validate_record(record: Record, where: str) -> None:
             raise SchemaError(
                 _at(where, key), f"expected a non-negative number or null, got {_short(value)}"
             )
+    of_peak = record.get("of_peak")
+    if of_peak is not None and not (
+            isinstance(of_peak, dict) and all(is_number(of_peak.get(k)) and of_peak[k] >= 0
+                                              for k in ("pct", "peak_gbps"))
+            and of_peak.get("bandwidth") in ("algbw", "busbw")
+            and isinstance(of_peak.get("source"), str)):
+        raise SchemaError(_at(where, "of_peak"), "expected an object with pct and peak_gbps "
+                          "(numbers >= 0), bandwidth (algbw or busbw) and source (a string), "
+                          "or null")
     requested = record.get("requested_nbytes")
     if requested is not None and not (isinstance(requested, list) and all(
             _is_int(n) and n >= 0 for n in requested)):

@@ -15,6 +15,14 @@ from typing import Any
 WIDTH = 120
 
 
+def printable(value: Any, keep: str = "") -> str:
+    """Text from a file that may be foreign or hostile (a name in a results file or a trace),
+    safe on a terminal and in a table: each control character (an escape sequence's start,
+    a line break that would split a row) shown as '?', but those of `keep`. Every name a
+    table, a report or a plot prints from a file goes through here."""
+    return "".join(c if c.isprintable() or c in keep else "?" for c in str(value))
+
+
 def widest(text: str) -> int:
     """The longest line of `text`, in characters."""
     return max((len(line) for line in text.splitlines()), default=0)

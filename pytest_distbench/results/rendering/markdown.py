@@ -15,6 +15,7 @@ from ... import registry
 from ..document.io import append_output
 from ..document.record import Record
 from . import table
+from .fit import printable
 from .noise import noise_lines
 
 
@@ -73,7 +74,7 @@ def _environment_line(environment: dict[str, Any], records: list[Record]) -> str
 
 
 def _cell(value: Any) -> str:
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    text = printable(value)
     return text.replace("|", "\\|").replace("_", "\\_").replace("*", "\\*")
 
 

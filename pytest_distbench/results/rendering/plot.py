@@ -20,6 +20,7 @@ from ... import units
 from ..document.io import write_output
 from ..document.schema import is_figure
 from ..statistics.ratio import ratio_interval
+from .fit import printable
 from .plot_spec import (
     Group,
     PlotSpec,
@@ -135,7 +136,7 @@ def _file_stem(group: Group) -> str:
 
 def _text(value: Any) -> str:
     """Text from records, shown literally: matplotlib would parse $...$ as math (and may fail)."""
-    text = "".join(c if c.isprintable() or c == "\n" else "?" for c in str(value))
+    text = printable(value, keep="\n")
     return text.replace("$", r"\$")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ... import registry
 from ..document.session_intervals import SO_FAR
+from ..peaks import pct_cell
 from .ci import incomplete_text
 from .plot_spec import DEFAULT_HEADLINE, PlotSpec, Record, measurement_name
 
@@ -40,6 +41,9 @@ def headline(records: Sequence[Record]) -> str:
         spec = spec_for(record)
         lines = spec.headline if spec is not None else DEFAULT_HEADLINE
         texts = [t for t in (h.text(record) for h in lines) if t]
+        share = record.get("of_peak")
+        if share:  # the bandwidth as a share of its named peak (the table's legend names it)
+            texts.append(f"{share['bandwidth']} {pct_cell(record)} of peak")
         measured = measurement_name(record)
         if texts:
             # Several measurements of one test: each says whose figures these are.

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
+from .fit import printable
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -331,12 +332,6 @@ def _detectable(v: Verdict) -> str:
     text = "inf" if math.isinf(v.detectable) else f"{v.detectable * 100:.1f}%"
     # A single stored run only shows the noise inside the runs: a floor.
     return f">={text}" if v.z is None else text
-
-
-def printable(value: Any) -> str:
-    """Text from a file that may be foreign or hostile, safe on a terminal: each control
-    character (an escape sequence's start) shown as '?'."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))
 
 
 def _text(value: Any, markdown: bool) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import registry, units
+from .. import peaks
 from ..document.record import Record
 from . import ci, fit
 from .plot_spec import bandwidth_cell, measurement_name
@@ -204,6 +205,11 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
         "size", "count", "type", P50_HEADER, MEAN_HEADER, "p95 (us)", "algbw", "busbw",
         "#wrong", "skew", "stalls",
     ]
+    if any(r.get("of_peak") for r in rows):  # beside the bandwidths, where a peak is known
+        at = headers.index("busbw") + 1
+        headers.insert(at, PEAK_HEADER)
+        for line, r in zip(table, rows, strict=True):
+            line.insert(at, peaks.pct_cell(r))
     labels = row_labels(rows)
     if labels:  # rows a size, count and type do not tell apart say whose they are
         headers.insert(0, "name")
@@ -226,10 +232,21 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
     if with_bytes:
         average = sum(r["busbw_gbps"] for r in with_bytes) / len(with_bytes)
         text += f"\n# Avg bus bandwidth: {bandwidth_cell(average)} (decimal, from p50)"
+    peak_line = peaks.legend(rows)
+    if peak_line:
+        text += f"\n# {peak_line}"
+    text += "".join(f"\n# {note}" for note in no_data_notes(rows))
     if any(ci.short_of_target(r) for r in rows):
         text += f"\n# {ci.SHORT_NOTE}"
     text += "".join(f"\n# {note}" for note in merged_size_notes(rows))
     return text
+
+
+def no_data_notes(rows: list[Record]) -> list[str]:
+    """What an algbw and busbw of `-` mean where a row's call moved no data."""
+    reasons = sorted({str(r["moves_no_data"]) for r in rows if r.get("moves_no_data")})
+    return [f"algbw/busbw - = no data moved ({reason}): a rate of nothing is no figure"
+            for reason in reasons]
 
 
 def row_labels(rows: list[Record]) -> list[str] | None:
@@ -252,6 +269,7 @@ def row_labels(rows: list[Record]) -> list[str] | None:
 
 
 P50_HEADER = "p50 (us) ± 95% CI"
+PEAK_HEADER = "% of peak"
 MEAN_HEADER = "mean (us) nccl-tests/PARAM"
 
 

@@ -1,0 +1,136 @@
+"""Each bandwidth as a share of a named peak: is this busbw normal for this machine?
+
+The question users of nccl-tests ask most (its issues 212, 272, 293, 366). A record's peak comes,
+first found first, from:
+
+1. the user: `--distbench-peak-busbw=nccl:370,gloo:8` (ini `distbench_peak_busbw`), a bus
+   bandwidth per backend, compared with busbw;
+2. a measurement (the sanity rules' bounds): in a CPU world of several ranks, the host's
+   fastest memory copy, compared with busbw (a transfer between processes copies at least
+   once); in a world of one rank, its device's copy (the host's, or its GPU's device-to-device
+   copy), compared with algbw: busbw is 0 at one rank, and an out-of-place collective at one
+   rank is a copy of its bytes;
+3. a published figure for the GPU (PUBLISHED, by its name), for worlds of several GPUs on one
+   machine: NVLink's bandwidth per direction, compared with busbw.
+
+No peak found: the record has no share, and the table's legend says how to declare one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .document.record import OfPeak, Record
+from .sanity import MachineBounds
+
+OPTION = "--distbench-peak-busbw"
+
+# GPU name (as torch.cuda.get_device_properties names it) -> NVLink bandwidth per direction of
+# one GPU, decimal GB/s, and where that figure is published. nccl-tests' busbw of a ring over
+# NVLink approaches it (nccl-tests PERFORMANCE.md: busbw "should be close to the hardware peak";
+# its issue 212: ring all_reduce about 370 GB/s on 8 H100s).
+PUBLISHED: dict[str, tuple[float, str]] = {
+    # NVIDIA H200 datasheet: NVLink 900 GB/s (both directions) per GPU, NVLink 4.
+    "NVIDIA H200": (450.0, "NVLink 4 per direction, NVIDIA H200 datasheet"),
+    # NVIDIA H100 datasheet, SXM5: NVLink 900 GB/s per GPU (the PCIe card is not NVLink 4).
+    "NVIDIA H100 80GB HBM3": (450.0, "NVLink 4 per direction, NVIDIA H100 SXM datasheet"),
+    # NVIDIA A100 datasheet, SXM4: NVLink 600 GB/s per GPU, NVLink 3.
+    "NVIDIA A100-SXM4-80GB": (300.0, "NVLink 3 per direction, NVIDIA A100 SXM datasheet"),
+    "NVIDIA A100-SXM4-40GB": (300.0, "NVLink 3 per direction, NVIDIA A100 SXM datasheet"),
+}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A peak and which of a record's bandwidths it is compared with."""
+
+    gbps: float
+    bandwidth: str  # "busbw" or "algbw"
+    source: str
+
+
+def parse_declared(text: str) -> dict[str, float]:
+    """`nccl:370,gloo:8` (GB/s per backend) or `370` (every backend) -> {backend or "*": GB/s}."""
+    declared: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        backend, _, value = item.rpartition(":")
+        backend = backend.strip().lower() or "*"
+        try:
+            gbps = float(value.strip().removesuffix("GB/s").strip())
+        except ValueError:
+            raise ValueError(f"invalid peak {item!r}: expected BACKEND:GB/s, e.g. nccl:370, "
+                             "or GB/s alone for every backend") from None
+        if not (math.isfinite(gbps) and gbps > 0):
+            raise ValueError(f"invalid peak {item!r}: a bus bandwidth in GB/s above 0")
+        declared[backend] = gbps
+    if not declared:
+        raise ValueError("expected BACKEND:GB/s, e.g. nccl:370,gloo:8")
+    return declared
+
+
+def peak_for(record: Record, declared: Mapping[str, float], bounds: MachineBounds,
+             gpus: Sequence[str], one_host: bool) -> Peak | None:
+    """The peak `record` is shown as a share of, or None (module docstring: the order)."""
+    backend = record["backend"]
+    value = declared.get(backend, declared.get("*"))
+    if value is not None:
+        return Peak(value, "busbw", f"declared ({OPTION}, {backend} busbw)")
+    device = record["device"]
+    copy, copied = {"cpu": (bounds.copy_gbps, "this host's fastest memory copy"),
+                    "cuda": (bounds.device_copy_gbps, "this GPU's device-to-device copy")}.get(
+                        device, (None, ""))
+    if record["world_size"] == 1:  # busbw is 0: what one rank does is copy its bytes, or not
+        return Peak(copy, "algbw", f"measured: {copied}") if copy else None
+    if device == "cpu":
+        return Peak(copy, "busbw", f"measured: {copied}") if copy else None
+    if device != "cuda":
+        return None
+    known = {PUBLISHED[name] for name in gpus if name in PUBLISHED}
+    if one_host and len(known) == 1 and len(set(gpus)) == 1:
+        gbps, source = known.pop()
+        return Peak(gbps, "busbw", f"published: {gpus[0]}, {source}")
+    return None
+
+
+def of_peak(record: Record, peak: Peak | None) -> OfPeak | None:
+    """The record's share of `peak` (None without a peak or without that bandwidth)."""
+    if peak is None:
+        return None
+    value = record.get(f"{peak.bandwidth}_gbps")
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return {"pct": 100.0 * value / peak.gbps, "bandwidth": peak.bandwidth,
+            "peak_gbps": peak.gbps, "source": peak.source}
+
+
+def legend(rows: Sequence[Record]) -> str | None:
+    """A table's line naming its peak (`% of peak = busbw / 450 GB/s: published ...`), or how
+    to declare one where its rows have bandwidths but no peak; None for rows without any."""
+    peaks = {(p["bandwidth"], p["peak_gbps"], p["source"]) for r in rows
+             if (p := r.get("of_peak"))}
+    if peaks:
+        return "; ".join(f"% of peak = {bandwidth} / {_gbps(gbps)} ({source})"
+                         for bandwidth, gbps, source in sorted(peaks))
+    if not any(r.get("busbw_gbps") is not None for r in rows):
+        return None
+    backend = rows[0]["backend"]
+    return (f"% of peak: no peak known for {backend} on {rows[0]['device']} at "
+            f"{rows[0]['world_size']} ranks; declare one with {OPTION}={backend}:GB/s "
+            "(ini distbench_peak_busbw)")
+
+
+def pct_cell(record: Record) -> str:
+    """`88 %` (two significant digits below 10 %), or `-`."""
+    share = record.get("of_peak")
+    if not share:
+        return "-"
+    pct = share["pct"]
+    return f"{pct:.2g} %" if pct < 10 else f"{pct:.0f} %"
+
+
+def _gbps(value: float) -> str:
+    return f"{value:.4g} GB/s"
