@@ -94,3 +94,29 @@ def test_revisits_have_an_upper_bound(pytester, distbench_run):
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*--distbench-revisits*must be <= 64*"])
     assert "Traceback" not in result.stderr.str()
+
+
+# The second test's report interrupts the session, as Ctrl-C would; no revisit is due during
+# the loop (a gap longer than the session), so any revisit would be a closing one.
+INTERRUPTING = """
+import pytest_distbench.harness.controller.revisits as revisits
+
+revisits.REVISIT_GAP_S = 1e6
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.nodeid.endswith("-2]"):
+        raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupt_starts_no_revisit_and_keeps_what_was_measured(pytester, distbench_run):
+    pytester.makeconftest(INTERRUPTING)
+    pytester.makepyfile(BENCH)
+    out = pytester.path / "r.json"
+    result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
+                           f"--distbench-json={out}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "revisit(s)" not in result.stdout.str()
+    records = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert len(records) == 2
+    assert all(r["p50_ci"]["basis"] == "session" and not r.get("revisits") for r in records)
