@@ -1,6 +1,7 @@
 """What reading and checking a large trace costs: wall time and peak memory (max RSS) of each
 reader of it, in a fresh process each, side by side in one run, optionally against another
-checkout's reader (--before, e.g. a worktree of main).
+checkout's reader (--before, e.g. a worktree of main). CPU seconds (the process's own, the
+interpreter's start and imports included) say more than wall time on a loaded machine.
 
     python benchmarks/bench_trace_read.py [--calls 1000000] [--ranks 2] [--groups 4000]
         [--before /path/to/other/checkout]
@@ -59,7 +60,8 @@ if how == "before":
 else:
     read(sys.argv[2], keep={"option": (), "rank 0": (0,), "rank 1": (1,)}[how],
          check=how != "rank 1")
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
 """
 
 
@@ -68,8 +70,8 @@ def measure(package: Path, trace: Path, how: str) -> str:
                           capture_output=True, text=True)
     if done.returncode:
         return f"failed: {done.stderr.strip().splitlines()[-1][:60]}"
-    seconds, kib = done.stdout.split()
-    return f"{float(seconds):8.2f} s {int(kib) / 1024:8.0f} MiB"
+    seconds, cpu, kib = done.stdout.split()
+    return f"{float(seconds):8.2f} s wall {float(cpu):8.2f} s CPU {int(kib) / 1024:8.0f} MiB"
 
 
 def main() -> None:

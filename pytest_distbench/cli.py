@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -29,9 +32,11 @@ from pytest_distbench.results.document.io import (
 )
 from pytest_distbench.results.rendering.fit import printable
 from pytest_distbench.results.rendering.report import FORMATS, render
-from pytest_distbench.units import parse_fraction
+from pytest_distbench.units import format_size, parse_fraction
 
 PROG = "pytest-distbench"
+PROGRESS_AFTER_S = 3.0  # a command that runs longer says what it is doing
+PROGRESS_EVERY_S = 10.0  # how often the same step is said again where stderr is no terminal
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -176,10 +181,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _read_documents(files: list[str]) -> list[dict[str, Any]] | None:
+class _Progress:
+    """What a long command is doing, on stderr, once it has run PROGRESS_AFTER_S: a line that
+    rewrites itself on a terminal; elsewhere (a CI log) a line per step and, within a long
+    step, one every PROGRESS_EVERY_S. A thread of its own says it: reading one large file is
+    a single call."""
+
+    def __init__(self) -> None:
+        self._began = time.monotonic()
+        self._step, self._count = "", ""
+        self._said = ("", -math.inf)  # the last step said, and when
+        self._stop = threading.Event()
+        self._tty = sys.stderr.isatty()
+        self._thread = threading.Thread(target=self._run, name="distbench-progress", daemon=True)
+        self._thread.start()
+
+    def doing(self, step: str, count: str = "") -> None:
+        self._step, self._count = step, count
+
+    def _run(self) -> None:
+        if self._stop.wait(PROGRESS_AFTER_S):
+            return
+        while True:
+            self._say()
+            if self._stop.wait(0.5):
+                return
+
+    def _say(self) -> None:
+        step, count, now = self._step, self._count, time.monotonic()
+        if not self._tty and step == self._said[0] and now - self._said[1] < PROGRESS_EVERY_S:
+            return
+        line = f"{PROG}: {step}{': ' + count if count else ''} ({now - self._began:.0f} s so far)"
+        sys.stderr.write(f"\r{line[:119]:<119}" if self._tty else line + "\n")
+        sys.stderr.flush()
+        self._said = (step, now)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._tty and self._said[0]:
+            sys.stderr.write("\r" + " " * 119 + "\r")  # the result follows on a clean line
+            sys.stderr.flush()
+
+
+def _read_documents(files: list[str], progress: _Progress | None = None
+                    ) -> list[dict[str, Any]] | None:
     """Every file read and validated, or None after one error line naming the bad file."""
     docs = []
     for name in files:
+        if progress is not None:
+            progress.doing(f"reading and checking {name} ({_size_of(name)})")
         try:
             docs.append(read_document(name))
         except ResultsFileError as exc:
@@ -191,29 +242,37 @@ def _read_documents(files: list[str]) -> list[dict[str, Any]] | None:
     return docs
 
 
+def _size_of(name: str) -> str:
+    try:
+        return format_size(os.stat(name).st_size)
+    except OSError:
+        return "size unknown"
+
+
 def _compare(args: argparse.Namespace) -> int:
     if len(args.files) < 2:
         _error(f"compare needs at least two files, got {len(args.files)}")
         return EXIT_USAGE
-    docs = _read_documents(args.files)
-    if docs is None:
-        return EXIT_USAGE
+    progress = _Progress()
+    try:
+        docs = _read_documents(args.files, progress)
+        if docs is None:
+            return EXIT_USAGE
+        labels = _labels(args.files)
+        comparisons = []
+        for doc, label in zip(docs[1:], labels[1:], strict=True):
+            def judged(done: int, total: int, label: str = label) -> None:
+                progress.doing(f"comparing {label} with {labels[0]}",
+                               f"{done:,} of {total:,} benchmarks")
 
-    labels = _labels(args.files)
-    comparisons = [
-        compare_documents(
-            docs[0],
-            doc,
-            threshold=args.threshold,
-            metric=args.metric,
-            alpha=args.alpha,
-            baseline_label=labels[0],
-            current_label=label,
-        )
-        for doc, label in zip(docs[1:], labels[1:], strict=True)
-    ]
-
-    sys.stdout.write(render(comparisons, args.format))
+            comparisons.append(compare_documents(
+                docs[0], doc, threshold=args.threshold, metric=args.metric, alpha=args.alpha,
+                baseline_label=labels[0], current_label=label, progress=judged))
+        progress.doing(f"writing the {args.format}")
+        text = render(comparisons, args.format)
+    finally:
+        progress.close()
+    sys.stdout.write(text)
     sys.stdout.flush()
 
     status = EXIT_OK

@@ -203,7 +203,9 @@ def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
     speed = speed_difference(gate.document["distbench"]["environment"],
                              document["distbench"]["environment"])
     if speed:
-        config.stash.setdefault(WARNINGS_KEY, []).append(f"WARNING: {speed}")
+        from .results.rendering.fit import wrap
+
+        config.stash.setdefault(WARNINGS_KEY, []).extend(wrap(f"WARNING: {speed}"))
     return gate.document
 
 
@@ -218,24 +220,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    from .results.rendering.fit import wrap  # fitted as every session line (120 columns)
+
     lines = []
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
-        lines.append(f"distbench: comparing against {gate.path}; {gate.noise_note}")
+        lines += wrap(f"distbench: comparing against {gate.path}; {gate.noise_note}")
     lines += warnings(config)
     mode = config.stash.get(AB_KEY, None)
     if mode is None:
         return lines
     from .harness.ab.mode import RUN_BUDGET
 
-    lines += [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
+    said = [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
              f"live baseline: {mode.description}",
              f"distbench A/B: each round runs each variant once, for --distbench-budget of "
              f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
     if of_run(config).bind == "auto":
-        lines.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
-                     "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
-    return lines
+        said.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
+                    "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
+    return lines + [part for line in said for part in wrap(line)]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

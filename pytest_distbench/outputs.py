@@ -323,15 +323,23 @@ def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:
 
     lines = family_lines(distbench.records)
     json_path, markdown_path = of_session(config).json, of_session(config).markdown
-    where = ["the full tables above"]
-    where.append(f"every sample in {json_path}" if json_path
-                 else "every sample: --distbench-json=PATH")
-    where.append(f"the tables as markdown in {markdown_path}" if markdown_path
-                 else "as markdown: --distbench-markdown=PATH")
+    where = ["the full tables above",
+             _pointer(distbench, json_path, "every sample in", "every sample: --distbench-json"),
+             _pointer(distbench, markdown_path, "the tables as markdown in",
+                      "as markdown: --distbench-markdown")]
     lines += wrap("; ".join(where))
     lines += wrap(machine_line(usable_cores(), max(r["world_size"] for r in distbench.records),
                                distbench.cpu_probes))
     return lines
+
+
+def _pointer(distbench: Session, path: str | None, written: str, option: str) -> str:
+    """Where the digest points for one output: the file, where it was written."""
+    if not path:
+        return f"{option}=PATH"
+    if Path(path) in distbench.written:
+        return f"{written} {path}"
+    return f"{option}: {path} not written (the ERROR above)"
 
 
 def machine_line(cores: int, ranks: int, probes: list[float]) -> str:
@@ -389,6 +397,7 @@ def _write_markdown(distbench: Session, document: dict[str, Any], path: Path, *,
     except OSError as exc:
         _failed(distbench, f"could not append markdown to {path}: {exc}")
         return
+    distbench.written.add(path)
     distbench.notes.append(f"distbench: appended markdown tables to {path}")
 
 
@@ -406,4 +415,5 @@ def _write(distbench: Session, document: dict[str, Any], path: Path, *,
     except (OSError, storage.ResultsFileError) as exc:
         _failed(distbench, f"could not write {what} {path}: {exc}")
         return
+    distbench.written.add(path)
     distbench.notes.append(f"distbench: {'replaced' if existed else 'wrote'} {what} {path}")

@@ -47,9 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
     options = settings_module.of_session(config)
     if not options.run:
         return
-    for family in registry.families():
-        if family.collect is not None:
-            config.args.extend(p for p in family.collect(options) if p not in config.args)
+    collected = [path for family in registry.families() if family.collect is not None
+                 for path in family.collect(options)]
+    if collected and config.args_source != pytest.Config.ArgsSource.ARGS:
+        # The option names what to run: the ini's testpaths (or the current folder) would add
+        # every other suite to it (`--distbench-replay=trace` ran the whole main job).
+        config.args[:] = collected
+    else:
+        config.args.extend(p for p in collected if p not in config.args)
     from .harness.launcher import plugin as launcher_plugin
     from .harness.xdist import mode as xdist
 

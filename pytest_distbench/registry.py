@@ -33,7 +33,7 @@ FAMILIES_PACKAGE = "pytest_distbench.families"
 REGISTRATION_MODULE = "family"
 ENTRY_POINT_GROUP = "pytest_distbench.families"
 # What a family keys by record family: two families must not claim one record family in any.
-RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
+RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details", "latencies")
 
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
 FigureDeriver = Callable[[Record], dict[str, Any]]  # a finished record -> figures to add
@@ -60,6 +60,9 @@ class Setting:
     # default, once per session (SessionSettings), never in a marker.
     scope: str = "test"
     metavar: str = "VALUE"
+    # Where --help lists it: one of settings.HELP_GROUPS; None for a family's own row, listed
+    # in a group of the family's own. `help` is one sentence: --help adds the default.
+    group: str | None = None
 
     @property
     def ini(self) -> str:
@@ -93,6 +96,9 @@ class Family:
     # Record families whose tables print no ± (a summary of other figures): the session
     # spends no revisits on their points (harness/controller/revisits.py).
     no_interval: tuple[str, ...] = ()
+    # Record families whose headline is a latency: the digest shows them at their smallest
+    # message size (the figure people read a latency at), every other at its largest.
+    latencies: tuple[str, ...] = ()
 
 
 class Found(NamedTuple):
@@ -100,14 +106,17 @@ class Found(NamedTuple):
     problems: tuple[str, ...]  # one line per external family left out
 
 
-# Names and options of distbench's own settings (settings.py reserves them before it reads the
-# families' rows): an external family that takes one is left out, not a traceback at start-up.
+# Names and options of distbench's own settings, and pytest's own options (settings.py
+# reserves them before it reads the families' rows): an external family that takes one is left
+# out, not a traceback at start-up (argparse's "conflicting option string").
 _reserved_settings: frozenset[str] = frozenset()
+_pytests_options: frozenset[str] = frozenset()
 
 
-def reserve_settings(names: frozenset[str]) -> None:
-    global _reserved_settings
-    _reserved_settings = names
+def reserve_settings(names: frozenset[str], pytests_options: frozenset[str] = frozenset()
+                     ) -> None:
+    global _reserved_settings, _pytests_options
+    _reserved_settings, _pytests_options = names, pytests_options
     found.cache_clear()
 
 
@@ -154,15 +163,21 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
     """The family an entry point names, checked against those found before it."""
     try:
         loaded = point.load()
+    except SystemExit as exc:  # it would end every pytest run of the environment, silently
+        raise ExternalFamilyError(f"it called sys.exit({exc.code!r}) when imported") from None
     except Exception as exc:  # noqa: BLE001 - third-party code: any error, said in one line
         raise ExternalFamilyError(f"{type(exc).__name__}: {exc}") from None
     family = loaded if isinstance(loaded, Family) else getattr(loaded, "FAMILY", None)
     if not isinstance(family, Family):
         raise ExternalFamilyError("it exports no FAMILY = pytest_distbench.registry.Family(...)")
+    _check_shape(family)
     ours = {s.name for s in family.settings} | {s.option for s in family.settings}
     if ours & _reserved_settings:
         raise ExternalFamilyError(f"setting {min(ours & _reserved_settings)!r} is one of "
                                   "distbench's own")
+    if ours & _pytests_options:
+        raise ExternalFamilyError(f"setting {min(ours & _pytests_options)!r} is an option of "
+                                  "pytest's own")
     for other in known:
         if family.name == other.name:
             raise ExternalFamilyError(f"family {family.name!r} is already registered")
@@ -176,6 +191,20 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
             raise ExternalFamilyError(f"setting {min(taken)!r} is already family "
                                       f"{other.name!r}'s")
     return family
+
+
+def _check_shape(family: Family) -> None:
+    """What the checks above and the settings table read of a family is of the declared types
+    (a dataclass does not check them)."""
+    if not isinstance(family.name, str):
+        raise ExternalFamilyError(f"its name is {type(family.name).__name__}, not str")
+    if not isinstance(family.settings, (tuple, list)) or not all(
+            isinstance(s, Setting) for s in family.settings):
+        raise ExternalFamilyError("its settings are not all pytest_distbench.registry.Setting")
+    for kind in RECORD_FAMILY_KINDS:
+        if not isinstance(getattr(family, kind), Mapping):
+            raise ExternalFamilyError(f"its {kind} are {type(getattr(family, kind)).__name__}, "
+                                      "not a mapping")
 
 
 def _by_record_family(kind: str) -> dict[str, Any]:
@@ -205,6 +234,11 @@ def table_headline(record_family: str) -> str | None:
 def table_details(record_family: str) -> TableStyle | None:
     """The detail block this record family's tables add under -v, if any."""
     return _by_record_family("details").get(record_family)
+
+
+def is_latency(record_family: str) -> bool:
+    """Whether a family registered this record family's headline as a latency."""
+    return any(record_family in family.latencies for family in families())
 
 
 def family_of(record_family: str) -> str | None:

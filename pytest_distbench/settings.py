@@ -12,11 +12,14 @@ PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a p
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import make_dataclass
 from typing import Any
 
 import pytest
+from _pytest.config import default_plugins
+from _pytest.config.argparsing import Parser
 
 from . import registry, units
 from .harness import options as harness_options
@@ -83,42 +86,42 @@ def _precision(text: str) -> float | None:
 
 CORE_SETTINGS = (
     Setting("world_size", "--world-size", "2", lambda t: units.parse_positive_int_list(
-        t, "world size"), "world sizes to run, e.g. 8 or 2,4,8"),
+        t, "world size"), "world sizes to run, e.g. 8 or 2,4,8", group="run"),
     Setting("backend", "--backend", "gloo", _backends,
-            "process-group backends: gloo, nccl, mpi, or a list"),
+            "process-group backends: gloo, nccl, mpi, or a list", group="run"),
     Setting("tensor_size", "--tensor-size", "4B:64MiB:x4", units.parse_size_list,
-            "message sizes: a list (4B,1KiB,1MiB) and/or geometric ranges (4B:64MiB:x4); "
-            "a size may be a sum (1MiB+1B)",
-            param="nbytes", param_id=units.size_id),
+            "message sizes as a list (4B,1KiB,1MiB), geometric ranges (4B:64MiB:x4) or sums "
+            "(1MiB+1B)", param="nbytes", param_id=units.size_id, group="run"),
+    Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors",
+            group="run"),
     Setting("credits", "--distbench-credits", "1,10", lambda t: units.parse_positive_int_list(
-        t, "credits"), "messages in flight before an acknowledgement is required "
-        "(1 = synchronous), a list", param="credits", param_id=lambda n: f"credits{n}"),
-    Setting("dtype", "--distbench-dtype", "float32", _dtype, "element type of the tensors"),
-    Setting("warmup", "--distbench-warmup", "5", parse_count(0),
-            "untimed warm-up iterations (a budget-bound point spends at most a quarter of "
-            "its budget on them)"),
-    Setting("iterations", "--distbench-iterations", "auto", _optional_count,
-            "timed iterations per point; 'auto' calibrates to --distbench-budget"),
-    Setting("min_iterations", "--distbench-min-iterations", "30", parse_count(1),
-            "fewest timed iterations when calibrating"),
-    Setting("max_iterations", "--distbench-max-iterations", "10000", parse_count(1),
-            "most timed iterations when calibrating"),
+        t, "credits"), "messages in flight before an acknowledgement is awaited "
+            "(1 = synchronous), a list", param="credits", param_id=lambda n: f"credits{n}",
+            group="run"),
     Setting("budget", "--distbench-budget", "0.5s", parse_bounded_duration,
-            "time budget of the timed iterations per point, e.g. 0.5s or 200ms"),
+            "time budget of each point's timed iterations, e.g. 0.5s or 200ms",
+            group="length"),
+    Setting("iterations", "--distbench-iterations", "auto", _optional_count,
+            "timed iterations per point, or 'auto' to calibrate them to --distbench-budget",
+            group="length"),
     Setting("precision", "--distbench-precision", "2%", _precision,
-            "budget-bound points stop once the 95 % interval of their headline (the p50, or "
-            "a message family's rate) is within this "
-            "(half-width, e.g. 2%), or when the budget runs out; 'off' spends the whole budget"),
-    Setting("bind", "--distbench-bind", "auto", _bind,
-            "auto: pack for CPU worlds in A/B mode, else core; core: pin rank r's main "
-            "thread to the r-th usable CPU (round robin), as mpirun --bind-to core does; "
-            "pack: every thread of every rank on the first usable CPU (no cross-CPU "
-            "wake-ups; steadiest on small VMs, see docs/gating.md); none: leave placement "
-            "to the scheduler"),
+            "stop a budget-bound point once the 95 % interval of its headline is this narrow "
+            "(half-width), or 'off' to spend the whole budget", group="length"),
+    Setting("warmup", "--distbench-warmup", "5", parse_count(0),
+            "untimed warm-up iterations (at most a quarter of a budget-bound point's budget)",
+            group="length"),
     Setting("timeout", "--distbench-timeout", "300s", parse_bounded_duration,
-            "per-test timeout: a rank that has not answered by then is reported as hung"),
+            "per-test timeout, after which a rank that has not answered is reported as hung",
+            group="length"),
+    Setting("min_iterations", "--distbench-min-iterations", "30", parse_count(1),
+            "fewest timed iterations when calibrating", group="length"),
+    Setting("max_iterations", "--distbench-max-iterations", "10000", parse_count(1),
+            "most timed iterations when calibrating", group="length"),
     Setting("threshold", "--distbench-threshold", "10%", units.parse_fraction,
-            "smallest slowdown that counts as a regression, e.g. 5%"),
+            "smallest slowdown that counts as a regression, e.g. 5%", group="baselines"),
+    Setting("bind", "--distbench-bind", "auto", _bind,
+            "where CPU ranks run: core (one CPU each, as mpirun --bind-to core), pack (all on "
+            "one CPU), none, or auto (pack in A/B mode, else core)", group="placement"),
 )
 
 LAUNCHER_MODES = ("auto", "local", "env")
@@ -137,90 +140,121 @@ def _session(name: str, option: str | None, default: str | None, parse: Any, hel
     return Setting(name, option, default, parse, help, scope="session", **kwargs)
 
 
-def _switch(name: str, option: str, help: str) -> Setting:
-    return _session(name, option, "false", parse_bool, help, flag=True)
+def _switch(name: str, option: str, help: str, **kwargs: Any) -> Setting:
+    return _session(name, option, "false", parse_bool, help, flag=True, **kwargs)
 
 
 # What holds for a whole session, never for one test: a marker may not name them. gating.py
 # checks the baseline options' combinations (and reads --distbench-rounds and
-# --distbench-baseline-env, whose errors depend on them). --help lists what to run and write,
-# then every test's settings, then where worlds run and the baselines.
+# --distbench-baseline-env, whose errors depend on them). Those that lead their --help group
+# come before the core settings, the rest after every other row (all_settings).
 # More revisits than this per stratum buy nothing a user could see (the t quantile is
 # within 2 % of the normal's at 64 degrees of freedom) and cost a run each.
 MAX_REVISITS = 64
-_RUN_AND_OUTPUTS = (
-    _switch("run", "--distbench", "run distbench benchmarks (without it they are skipped)"),
-    _session("revisits", "--distbench-revisits", "5", parse_count(0, MAX_REVISITS),
-             "runs of earlier points repeated later in the session, per family, world size, "
-             "run length and time scale: they measure the run-to-run noise every printed ± "
-             f"carries (at most {MAX_REVISITS}); 0: none, and each ± is the run's own sampling "
-             "interval", metavar="N"),
+_LEADING = (
+    _switch("run", "--distbench", "run the distbench benchmarks (without it they are skipped)",
+            group="run"),
     _session("json", "--distbench-json", None, str,
              "write every benchmark's parameters, environment, summaries and raw samples to "
-             "PATH (atomic write)", metavar="PATH"),
-    _session("plot", "--distbench-plot", None, str,
-             "at the end of the session write one PNG plot per family and sweep to DIR "
-             "(needs matplotlib: pip install 'pytest-distbench[plot]')", metavar="DIR"),
+             "PATH (atomic write)", metavar="PATH", group="outputs"),
     _session("markdown", "--distbench-markdown", None, str,
-             "append the result tables (and the comparison) as GitHub markdown to PATH, e.g. "
-             "\"$GITHUB_STEP_SUMMARY\"", metavar="PATH"),
-    _switch("gpu_memory", "--distbench-gpu-memory",
-            "show each rank's peak GPU memory (allocated and reserved by the caching "
-            "allocator) beside its peak RSS in the result tables; every CUDA record stores "
-            "them either way"),
-    _session("peak_busbw", "--distbench-peak-busbw", None, peaks.parse_declared,
-             "the bus bandwidth each backend's busbw is shown as a share of (% of peak), "
-             "e.g. nccl:370,gloo:8 or 370 for every backend, decimal GB/s; without it the "
-             "peak is measured (the host's or one GPU's copy) or published (NVLink of a "
-             "known GPU), docs/user-guide.md", metavar="BACKEND:GB/s"),
-    _switch("force", "--distbench-force",
-            "start worlds even when their ranks or buffers look too large for this machine's "
-            "memory, task or open-file limits"),
-)
-_WORLDS_AND_BASELINES = (
-    _switch("private_network", "--distbench-private-network",
-            "run local worlds (their store, ranks and forkserver) in a network namespace of "
-            "their own, unreachable by other local users; needs CAP_SYS_ADMIN "
-            "(docs/failure-model.md, \"Local users\")"),
-    _session("launcher", "--distbench-launcher", "auto", _launcher_mode,
-             "auto: run as one rank of the world torchrun, srun or mpirun started, when their "
-             "environment says so, else start worlds here (local); local or env force one",
-             metavar="MODE"),
-    _session("save", "--distbench-save", None, str,
-             "store this run as the baseline NAME (baselines/NAME.json)", metavar="NAME"),
-    _switch("overwrite", "--distbench-overwrite",
-            "allow --distbench-save to replace an existing baseline"),
+             "append the result tables and the comparison as GitHub markdown to PATH, e.g. "
+             "\"$GITHUB_STEP_SUMMARY\"", metavar="PATH", group="outputs"),
+    _session("plot", "--distbench-plot", None, str,
+             "write one PNG plot per family and sweep to DIR at the end of the session "
+             "(needs pip install 'pytest-distbench[plot]')", metavar="DIR", group="outputs"),
     _session("compare", "--distbench-compare", None, str,
-             "compare against a baseline; each real regression fails its test",
-             metavar="NAME|PATH"),
+             "compare against a baseline, failing each test with a real regression",
+             metavar="NAME|PATH", group="baselines"),
+    _session("save", "--distbench-save", None, str,
+             "store this run as the baseline NAME (baselines/NAME.json)", metavar="NAME",
+             group="baselines"),
+)
+_TRAILING = (
+    _session("revisits", "--distbench-revisits", "5", parse_count(0, MAX_REVISITS),
+             "runs of earlier points repeated later in the session, per stratum of similar "
+             "points, to measure the run-to-run noise every printed ± carries (at most "
+             f"{MAX_REVISITS}; 0: none, and each ± is the run's own sampling interval)",
+             metavar="N", group="length"),
     _switch("strict", "--distbench-strict",
-            "with --distbench-compare: a different environment is an error"),
-    _session("baseline_dir", None, "baselines", str,
-             "directory of named baselines, relative to the rootdir"),
+            "with --distbench-compare, make a different environment an error",
+            group="baselines"),
+    _switch("overwrite", "--distbench-overwrite",
+            "allow --distbench-save to replace an existing baseline", group="baselines"),
+    _switch("append", "--distbench-append",
+            "with --distbench-save, add this run to the stored baseline's history (the last "
+            "10 runs are kept)", group="baselines"),
     _session("baseline_env", "--distbench-baseline-env", None, str,
-             "A/B mode: a live baseline in this session whose ranks get these environment "
-             "variables (space separated K=V, shell quoting); the candidate is this run as is",
-             metavar="K=V ..."),
+             "A/B mode: a live baseline whose ranks get these environment variables (space "
+             "separated K=V, shell quoting)", metavar="K=V ...", group="baselines"),
     _session("baseline_python", "--distbench-baseline-python", None, str,
              "A/B mode: a live baseline whose ranks run under this Python interpreter "
-             "(another environment's torch or library)", metavar="PATH"),
+             "(another environment's torch or library)", metavar="PATH", group="baselines"),
     _session("rounds", "--distbench-rounds", None, str,
-             "A/B mode: interleaved rounds per benchmark (default: see docs/gating.md)",
-             metavar="N"),
-    _switch("append", "--distbench-append",
-            "with --distbench-save: add this run to the stored baseline's history (the last "
-            "10 runs are kept)"),
+             "A/B mode: interleaved rounds per benchmark, as docs/gating.md says when not "
+             "given", metavar="N", group="baselines"),
+    _session("baseline_dir", None, "baselines", str,
+             "directory of named baselines, relative to the rootdir", group="baselines"),
+    _session("launcher", "--distbench-launcher", "auto", _launcher_mode,
+             "auto (a rank of the world torchrun, srun or mpirun started, when their "
+             "environment says so, else worlds started here), local or env", metavar="MODE",
+             group="placement"),
+    _switch("force", "--distbench-force",
+            "start worlds even when their ranks or buffers look too large for this machine's "
+            "memory, task or open-file limits", group="placement"),
+    _switch("private_network", "--distbench-private-network",
+            "run local worlds in a network namespace of their own, unreachable by other local "
+            "users (needs CAP_SYS_ADMIN, docs/failure-model.md)", group="placement"),
+    _switch("gpu_memory", "--distbench-gpu-memory",
+            "show each rank's peak GPU memory (allocated and reserved) beside its peak RSS in "
+            "the tables (every CUDA record stores them)", group="gpu"),
+    _session("peak_busbw", "--distbench-peak-busbw", None, peaks.parse_declared,
+             "the bus bandwidth each backend's busbw is shown as a share of (% of peak), e.g. "
+             "nccl:370,gloo:8 or 370 for every backend in decimal GB/s, else measured or "
+             "published (docs/user-guide.md)", metavar="BACKEND:GB/s", group="gpu"),
 )
+
+# --help's groups, what a user reaches for first leading; a family's own rows (group None)
+# follow in a group of the family's own.
+HELP_GROUPS = {
+    "run": "what to run",
+    "length": "how long and how precisely",
+    "outputs": "outputs",
+    "baselines": "baselines and the gate",
+    "placement": "launchers and placement",
+    "pressure": "pressure during the timed region",
+    "gpu": "GPU (CUDA worlds)",
+}
+
+
+def _pytests_own_options() -> frozenset[str]:
+    """The option strings pytest's built-in plugins add (`--maxfail`, `-x`, ...): each built-in
+    plugin's pytest_addoption run on a parser of its own, a few ms (its modules are imported
+    already). Empty where pytest's private parser changed: argparse then names the clash."""
+    try:
+        parser = Parser(_ispytest=True)
+        for name in default_plugins:
+            add = getattr(importlib.import_module(f"_pytest.{name}"), "pytest_addoption", None)
+            if add is not None:
+                add(parser)
+        return frozenset(name for group in (parser._anonymous, *parser._groups)
+                         for option in group.options for name in option.names())
+    except Exception:  # noqa: BLE001 - pytest's private API moved: no reservation, no crash
+        return frozenset()
 
 
 def all_settings() -> tuple[Setting, ...]:
-    """Every row, in --help's order: what to run and write, the core settings of a test, the
-    harness's own (duration, pressure), each family's, then where worlds run and the
-    baselines."""
-    own = _RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS + _WORLDS_AND_BASELINES
-    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None})
-    return (_RUN_AND_OUTPUTS + CORE_SETTINGS + harness_options.SETTINGS
-            + registry.family_settings() + _WORLDS_AND_BASELINES)
+    """Every row, in --help's order: by group (HELP_GROUPS, then each family's own), and in a
+    group the leading session rows, the core settings of a test, the harness's own (duration,
+    pressure, CUDA timing), each family's, then the other session rows."""
+    own = _LEADING + CORE_SETTINGS + harness_options.SETTINGS + _TRAILING
+    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None},
+                              _pytests_own_options())
+    rows = (_LEADING + CORE_SETTINGS + harness_options.SETTINGS + registry.family_settings()
+            + _TRAILING)
+    order = list(HELP_GROUPS)
+    return tuple(sorted(rows, key=lambda s: order.index(s.group) if s.group in order
+                        else len(order)))
 
 
 TABLE = all_settings()  # one option (or none) and one ini key each
@@ -255,19 +289,27 @@ def _dest(s: Setting) -> str:
     return "distbench_" + s.name
 
 
+def help_group(s: Setting) -> str:
+    """The --help group a row is listed in: its own, or its family's."""
+    if s.group is not None:
+        return f"distbench: {HELP_GROUPS[s.group]}"
+    family = next(f.name for f in registry.families() if s in f.settings)
+    return f"distbench: the {family} suite"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Every row's option and ini key: the one place either is added."""
-    group = parser.getgroup("distbench", "distributed benchmarks (pytest-distbench)")
     for s in TABLE:
         if s.option is not None:
-            default = "" if s.default is None else f"default: {s.default}; "
+            default = "none" if s.default is None else s.default
             # A switch takes no value: `--distbench-print-env tests/x.py` must leave the path.
             kind = ({"action": "store_const", "const": "true"} if s.flag
                     else {"metavar": s.metavar})
+            group = parser.getgroup(help_group(s))
             group.addoption(s.option, dest=_dest(s), default=None,  # the table's
                             # argparse %-formats help texts: "10%" must reach it as "10%%".
-                            help=f"{s.help} ({default}ini: {s.ini})".replace("%", "%%"),
-                            **kind)
+                            help=f"{s.help} (default: {default}; ini: {s.ini})"
+                            .replace("%", "%%"), **kind)
         parser.addini(s.ini, help=s.help, default=None)  # the table's
 
 

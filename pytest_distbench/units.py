@@ -18,6 +18,7 @@ __all__ = [
     "format_duration_us",
     "format_size",
     "format_size_exact",
+    "size_cell",
     "parse_duration",
     "parse_fraction",
     "parse_positive_int_list",
@@ -336,6 +337,12 @@ def format_figure(value: float, digits: int = 4) -> str:
 def figure_cell(value: float | None) -> str:
     """A table cell of a measured figure: format_figure, or "-" where there is none."""
     return "-" if value is None else format_figure(value)
+
+
+def size_cell(nbytes: int | None) -> str:
+    """A size as every table, note, comparison and the digest print it: format_size_exact, or
+    "-" where there is none."""
+    return "-" if nbytes is None else format_size_exact(nbytes)
 
 
 def parse_count(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

@@ -36,14 +36,16 @@ LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
 
 # Every pytest this suite starts (pytester sessions, documented commands, torchrun and xdist
 # ranks) skips hypothesis's plugin: none of them uses it, and importing it is a third of a
-# small session's start-up (docs/architecture.md, "The test suite's time").
-NO_HYPOTHESIS = "-p no:hypothesispytest"
+# small session's start-up (docs/architecture.md, "The test suite's time"). And it runs no
+# revisits (each stratum's points run 5 more times to measure the run-to-run noise): a test about
+# the interval, the noise or the ± asks for them on its command line, which wins.
+CHILD_SESSION_OPTIONS = "-p no:hypothesispytest --distbench-revisits=0"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def child_sessions_without_hypothesis():
     saved = os.environ.get("PYTEST_ADDOPTS")
-    os.environ["PYTEST_ADDOPTS"] = f"{saved or ''} {NO_HYPOTHESIS}".strip()
+    os.environ["PYTEST_ADDOPTS"] = f"{saved or ''} {CHILD_SESSION_OPTIONS}".strip()
     yield
     if saved is None:
         os.environ.pop("PYTEST_ADDOPTS", None)
@@ -64,7 +66,7 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
              zygotes: ZygotePool) -> pytest.Pytester:
     """pytester's own, with PYTEST_ADDOPTS set again after pytester clears it, and its
     subprocess sessions forked from a zygote."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
+    monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_SESSION_OPTIONS)
     if not plain_subprocess():
         def runpytest_subprocess(*args, timeout: float | None = None) -> pytest.RunResult:
             __tracebackhide__ = True
@@ -122,6 +124,11 @@ def leak_tag(monkeypatch: pytest.MonkeyPatch):
         except ProcessLookupError:
             pass
     assert not left, f"processes left behind by the session under test: {left}"
+
+
+# What a session runs with where the test is about the interval, the noise or the ±: the
+# product's own default number of revisits (settings.py), which CHILD_SESSION_OPTIONS turns off.
+WITH_REVISITS = "--distbench-revisits=5"
 
 
 @pytest.fixture

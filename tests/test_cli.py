@@ -10,10 +10,12 @@ import random
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from results_data import ENVIRONMENT, benchmark_record
+from tables import read_table
 
 from pytest_distbench import cli
 from pytest_distbench.results.document import history, make_document, write_document
@@ -147,8 +149,9 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
     run = runs["table"]
     assert run.returncode == 0, run.stderr
     out = run.stdout
-    assert "baseline p50 (us)" in out and "current p50 (us)" in out
-    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("test_")}
+    headers, rows = read_table(out.splitlines())
+    assert "baseline p50 (us)" in headers and "current p50 (us)" in headers
+    lines = {row[0]: "  ".join(row) for row in rows}
     assert set(lines) == set(NAMES.values())
     assert lines[NAMES[SLOW]].rstrip().endswith("slower, not gateable")
     assert "1 MiB" in lines[NAMES[SLOW]]
@@ -165,8 +168,7 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
 def test_a_slowdown_against_stored_runs_is_a_regression_and_fails(runs):
     run = runs["gated"]
     assert run.returncode == 1, run.stderr
-    lines = {line.split()[0]: line for line in run.stdout.splitlines()
-             if line.startswith("test_")}
+    lines = {row[0]: "  ".join(row) for row in read_table(run.stdout.splitlines())[1]}
     assert lines[NAMES[SLOW]].rstrip().endswith("regression")
     assert lines[NAMES[SAME]].rstrip().endswith("unchanged")
     assert "1 regression, 0 improvements, 1 unchanged, 1 new, 0 missing" in run.stdout
@@ -295,13 +297,46 @@ def test_three_files_side_by_side(files, capsys):
     )
     out = capsys.readouterr().out
     assert code == 1  # cur regressed against the stored runs
-    header = out.splitlines()[0]
+    headers, rows = read_table(out.splitlines())
     for label in ("history p50 (us)", "cur p50 (us)", "cur change %", "other_env p50 (us)"):
-        assert label in header
-    slow = next(line for line in out.splitlines() if line.startswith(NAMES[SLOW]))
+        assert label in headers
+    slow = next("  ".join(row) for row in rows if row[0] == NAMES[SLOW])
     assert "regression" in slow and "unchanged" in slow
+    assert max(map(len, out.splitlines())) <= 120  # three files fit the terminal too
 
 
 def test_needs_two_files(files, capsys):
     assert cli.main(["compare", str(files["base"])]) == 2
     assert "at least two files" in capsys.readouterr().err
+
+
+def test_a_long_compare_says_what_it_is_doing_and_the_sizes(files, capsys, monkeypatch):
+    """Files of 10^5 benchmarks take minutes: past PROGRESS_AFTER_S the command says which
+    file it reads and how large it is, how far the comparison is, then that it writes."""
+    from pytest_distbench.units import format_size
+
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    for name in ("read_document", "render"):  # as slow as a large file makes them
+        slow = getattr(cli, name)
+        monkeypatch.setattr(cli, name, lambda *a, slow=slow, **k: (time.sleep(0.8),
+                                                                   slow(*a, **k))[1])
+    assert cli.main(["compare", str(files["base"]), str(files["cur"])]) == 0
+    captured = capsys.readouterr()
+    assert "regression" in captured.out or "unchanged" in captured.out
+    err = captured.err.splitlines()
+    for path in (files["base"], files["cur"]):
+        size = format_size(path.stat().st_size)
+        assert any(f"pytest-distbench: reading and checking {path} ({size})" in line
+                   for line in err), err
+    assert any("pytest-distbench: writing the table" in line for line in err), err
+    assert all(len(line) <= 120 for line in err)
+
+
+def test_the_comparison_says_how_far_it_is(files):
+    from pytest_distbench.results.comparison.verdict import compare_documents
+    from pytest_distbench.results.document import read_document
+
+    told = []
+    compare_documents(read_document(files["base"]), read_document(files["cur"]),
+                      threshold=0.1, progress=lambda done, total: told.append((done, total)))
+    assert told == [(0, 3), (1, 3), (2, 3)]

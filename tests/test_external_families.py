@@ -97,6 +97,17 @@ BROKEN = {
                                  "FAMILY = Family(name='zz_world', settings=(Setting(\n"
                                  "    'zz_ws', '--world-size', '1', int, 'w'),))\n"},
         "setting '--world-size' is one of distbench's own"),
+    "exits": ("zz_exits", {"zz_exits": "import sys\nsys.exit(3)\n"},
+              "it called sys.exit(3) when imported"),
+    "not_a_setting": ("zz_loose", {"zz_loose": "from pytest_distbench.registry import Family\n"
+                                               "FAMILY = Family(name='zz_loose', "
+                                               "settings=('window',))\n"},
+                      "its settings are not all pytest_distbench.registry.Setting"),
+    "pytests_option": (
+        "zz_maxfail", {"zz_maxfail": "from pytest_distbench.registry import Family, Setting\n"
+                                     "FAMILY = Family(name='zz_maxfail', settings=(Setting(\n"
+                                     "    'zz_mf', '--maxfail', '1', int, 'm'),))\n"},
+        "setting '--maxfail' is an option of pytest's own"),
 }
 
 
@@ -112,14 +123,19 @@ def test_a_broken_external_family_is_left_out_with_one_line(on_path, case):
         f"{reason}",)
 
 
-def test_a_broken_external_family_is_a_line_of_the_header(pytester, monkeypatch):
-    installed_by_hand(pytester.path / "site", "zz-broken", {"broken": "zz_not_there"}, {})
+@pytest.mark.parametrize("case", ["missing", "exits", "not_a_setting", "pytests_option"])
+def test_a_broken_external_family_is_a_line_of_the_header(pytester, monkeypatch, case):
+    """Not a pytest run of the environment ends for it: not one that exits at import, nor one
+    whose settings argparse would refuse."""
+    module, modules, reason = BROKEN[case]
+    installed_by_hand(pytester.path / "site", "zz-broken", {"broken": module}, modules)
     monkeypatch.setenv("PYTHONPATH", str(pytester.path / "site"))
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distbench-window=4")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distbench-window=4",
+                                           "--maxfail=1")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["distbench: family entry point 'broken = zz_not_there' of "
-                                 "zz-broken 1.0 left out: ModuleNotFoundError: *"])
+    result.stdout.fnmatch_lines([f"distbench: family entry point 'broken = {module}' of "
+                                 f"zz-broken 1.0 left out: {reason}*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 

@@ -103,6 +103,60 @@ def test_sleeps(distbench):
     return process
 
 
+EXITS_SLOWLY = """
+import os, time, pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    # After distbench's own unconfigure (its session is closed), before the process exits and
+    # multiprocessing's exit handler removes this process's pymp-* folder.
+    open(os.environ["EXITING"], "w").close()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["GO"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def test_a_session_that_starts_while_another_exits_leaves_its_folder_alone(pytester, leak_tag):
+    """Two sessions at once: one that has finished but not yet exited still owns its pymp-*
+    folder, so one starting meanwhile does not remove it (its owner's exit handler used to
+    fail with FileNotFoundError)."""
+    tmp = Path(tempfile.mkdtemp(prefix="dbt-"))  # short: the forkserver's socket lives there
+    pytester.makeconftest(EXITS_SLOWLY)
+    pytester.makepyfile(test_quick="""
+        import pytest
+
+        @pytest.mark.distbench(world_size=1, iterations=3, warmup=1)
+        def test_quick(distbench):
+            distbench.measure(lambda: None)
+    """)
+    exiting, go = pytester.path / "exiting", pytester.path / "go"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distbench",
+            "--distbench-revisits=0", "test_quick.py"]
+    env = {**os.environ, "TMPDIR": str(tmp), "EXITING": str(exiting), "GO": str(go)}
+    first = subprocess.Popen(argv, cwd=pytester.path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not exiting.exists() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        assert exiting.exists(), "the first session never finished"
+        owned = [n for n in os.listdir(tmp) if n.startswith("pymp-")]
+        assert owned, os.listdir(tmp)
+        second = subprocess.run(argv, cwd=pytester.path, capture_output=True, text=True,
+                                env={**env, "EXITING": str(pytester.path / "second-exiting"),
+                                     "GO": str(exiting)}, timeout=120)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert all((tmp / n).is_dir() for n in owned), "the second session removed the " \
+                                                       "first one's folder while it lived"
+    finally:
+        go.touch()
+        output, _ = first.communicate(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert first.returncode == 0, output
+    assert "FileNotFoundError" not in output and "Traceback" not in output, output
+
+
 def test_folders_of_a_killed_session_are_removed_by_the_next_one_a_live_ones_kept(
         pytester, leak_tag):
     """SIGKILL of a controller leaves distbench-ranks-* and pymp-*; the next session removes

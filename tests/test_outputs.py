@@ -32,6 +32,10 @@ def test_a_file_appears_where_the_directory_should_be():
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([f"*ERROR: could not write results file {target}*"])
+    # The digest does not point at the file that is not there.
+    assert "every sample in" not in result.stdout.str()
+    digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
+    assert f"every sample: --distbench-json: {target} not written (the ERROR above)" in digest
 
 
 def test_the_loser_of_two_saves_of_one_baseline_fails(pytester, distbench_run):

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from conftest import WITH_REVISITS
+
 BENCH = """
 import time, pytest
 
@@ -54,7 +56,7 @@ def _run(pytester, distbench_run, *args):
 def test_the_hook_sees_the_sealed_record_and_cannot_change_the_results(pytester,
                                                                         distbench_run):
     pytester.makeconftest(CONFTEST)
-    result, records = _run(pytester, distbench_run)
+    result, records = _run(pytester, distbench_run, WITH_REVISITS)
     result.assert_outcomes(passed=3)
     seen = {r["id"]: r for r in map(json.loads, (pytester.path / "seen.jsonl").read_text()
                                     .splitlines())}
@@ -114,7 +116,7 @@ def test_an_interrupt_starts_no_revisit_and_keeps_what_was_measured(pytester, di
     pytester.makepyfile(BENCH)
     out = pytester.path / "r.json"
     result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
-                           f"--distbench-json={out}")
+                           f"--distbench-json={out}", WITH_REVISITS)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "revisit(s)" not in result.stdout.str()
     records = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -17,6 +18,7 @@ from replay_traces import (
     huge_trace,
     param_trace,
     three_rank_trace,
+    two_rank_trace,
     written,
 )
 
@@ -27,6 +29,8 @@ from pytest_distbench.families.replay.step import SHIPPED, waits_at
 from pytest_distbench.results.rendering import ci, fit
 from pytest_distbench.suites.traces import make_shipped
 from pytest_distbench.suites.traces.make_shipped import NAME, shipped_trace
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SUITE = ("--distbench", "--pyargs", "pytest_distbench.suites", "-k", "replay")
 SMALL = ("--distbench-warmup=1", "--distbench-timeout=120s")
@@ -226,6 +230,25 @@ def test_a_param_basic_trace_replays_in_a_larger_world(pytester, distbench_run):
     assert {b["op"] for b in f["breakdown"]} == {"all_reduce", "all_gather_into_tensor",
                                                  "send", "recv", "barrier"}
     assert any("compute 'gemm'" in s for s in f["skipped"])
+
+
+def test_the_replay_option_alone_collects_the_replay_test_alone_wherever_pytest_runs(
+        pytester, monkeypatch):
+    """In the checkout's root, pyproject's testpaths added every suite to it (271 items, the
+    whole main job), and out of the tree the node id had no file part (`::test_replay[...]`)."""
+    trace_dir = written(two_rank_trace(), pytester.path / "trace")
+    mine = "import pytest\n\n@pytest.mark.distbench\ndef test_mine(distbench):\n    pass\n"
+    args = ("--distbench", "--world-size=2", f"--distbench-replay={trace_dir}", "--co", "-q",
+            "-p", "no:cacheprovider")
+    elsewhere = pytester.mkdir("elsewhere")
+    (elsewhere / "test_mine.py").write_text(mine)  # the current folder's tests are not asked for
+    # The checkout's root: pyproject's testpaths (tests, the suites) and its conftest.py.
+    for where, prefix in ((elsewhere, ""), (ROOT, "pytest_distbench/suites/replay/")):
+        monkeypatch.chdir(where)
+        result = pytester.runpytest_subprocess(*args)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+        collected = [line for line in result.stdout.lines if "::" in line]
+        assert collected == [f"{prefix}test_replay.py::test_replay[gloo-ws2-trace]"], where
 
 
 # -- the pure parts -------------------------------------------------------------------------

@@ -20,11 +20,13 @@ from pytest_distbench.results.comparison.verdict import compare_documents
 from pytest_distbench.results.document import write_document
 from pytest_distbench.results.rendering import (
     ci,
+    fit,
     junit,
     markdown,
     plot,
     plot_spec,
     registered,
+    report,
     table,
 )
 from pytest_distbench.results.statistics.ratio import ratio_interval
@@ -488,7 +490,7 @@ def test_a_users_named_measurements_are_told_apart_in_the_rows_and_the_verbose_l
     fast, slow = (plot_data.record("my_step", nbytes=4096, seconds=s, params={"lr": lr})
                   for s, lr in ((1e-4, 0.1), (2e-4, 1.0)))
     _, rows = read_table(table.render_tables([fast, slow]).splitlines()[1:])
-    assert [row[0] for row in rows] == ["test_my_step lr=0.1", "test_my_step lr=1.0"]
+    assert [row[0] for row in rows] == ["lr=0.1", "lr=1.0"]
     verbose = registered.headline([ring, builtin])
     assert re.fullmatch(r"ring_all_reduce: p50 .*; builtin_all_reduce: p50 .*", verbose)
     assert not registered.headline([ring]).startswith("ring_all_reduce")  # one: no name needed
@@ -560,3 +562,76 @@ def test_a_record_that_did_not_complete_is_a_row_never_a_figure(tmp_path):
     with pytest.raises(schema.SchemaError, match="expected an object with bound_s") as info:
         schema.validate_document(bad)
     assert info.value.field == "benchmarks[0].distbench.incomplete"
+
+
+def test_a_users_parametrized_label_stays_on_its_rows_line_in_a_table_fitted_to_120():
+    """`test_rings impl=ring` wrapped onto a line of its own, unindented, under every row."""
+    def rings(world_size: int, nbytes: int, seconds: float, starred: bool) -> list[dict]:
+        made = []
+        for impl in ("ring", "builtin"):
+            record = plot_data.record("all_reduce", nbytes=nbytes, seconds=seconds,
+                                      world_size=world_size, n=20, busbw_factor=1.0,
+                                      params={"impl": impl})
+            record["name"] = f"test_rings[gloo-ws{world_size}-{impl}-{nbytes}]"
+            record["count"] = record["dtype"] = None  # measure(nbytes=...) of their own
+            if starred:  # the starred interval: the widest p50 cell
+                record["precision"] = {"met": False}
+            made.append(record)
+        return made
+
+    # As a user's run printed it (2 ranks, 1 KiB and 64 KiB), and the widest table there is
+    # (8 ranks at 64 MiB, starred: 120 columns without a name), which then stays wider.
+    for made, fits in ((rings(2, 1024, 2e-3, False) + rings(2, 64 << 10, 1e-3, False), True),
+                       (rings(8, 64 << 20, 0.3, True), False)):
+        lines = table.render_tables(made).splitlines()
+        assert max(map(len, lines)) <= fit.WIDTH or not fits, lines
+        for impl in ("ring", "builtin"):
+            named = [ln for ln in lines if f"impl={impl}" in ln]
+            assert named and all(ln.startswith(f"impl={impl} ") and "iB " in ln
+                                 for ln in named), lines
+
+
+def _alike(family: str, figures: dict, **kwargs) -> list[dict]:
+    """A user's two measurements of one family at one point, named as measure(name=...)."""
+    return [_named(name, family=family, figures=dict(figures), seed=k, **kwargs)
+            for k, name in enumerate(("mine_eager", "mine_lazy"))]
+
+
+@pytest.mark.parametrize("family, figures, kwargs", [
+    ("p2p_latency", {"messages_per_iteration": 2}, {"nbytes": 1024, "seconds": 4e-5}),
+    ("p2p_bandwidth", {"messages_per_iteration": 64, "window": 64, "pairs": 1},
+     {"nbytes": 1024, "seconds": 1e-3}),
+    ("message_rate", {"messages_per_iteration": 100, "path": "client_to_computation",
+                      "credits": 1, "transport": "process_group"},
+     {"nbytes": 1024, "seconds": 3e-3, "world_size": 4}),
+    ("rpc_latency", {}, {"nbytes": 1024, "seconds": 2e-4}),
+    ("rpc_throughput", {"credits": 10}, {"nbytes": 1024, "seconds": 2e-3}),
+    ("store_barrier", {"server_backend": "libuv", "clients": 64, "rounds": 10},
+     {"seconds": 2e-3}),
+    ("store_ops", {"server_backend": "libuv", "clients": 64, "op": "get",
+                   "latency_p50_s": 1e-4}, {"seconds": 1e-4}),
+])
+def test_the_family_styled_tables_name_a_users_own_measurements(family, figures, kwargs):
+    """The OSU, message rate, RPC and store tables had no name column: two measurements of a
+    user's own at one point printed as two identical-looking rows."""
+    text = table.render_tables(_alike(family, figures, **kwargs))
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= fit.WIDTH, text
+    header = next(ln for ln in lines if not ln.startswith("#"))
+    assert header.startswith("name "), text
+    for name in ("mine_eager", "mine_lazy"):
+        assert sum(ln.startswith(f"{name} ") for ln in lines) == 1, text
+    # One measurement at a point needs no name column.
+    assert "name" not in table.render_tables(_alike(family, figures, **kwargs)[:1])
+
+
+def test_a_comparison_fits_the_terminal_as_the_tables_do():
+    """`pytest-distbench compare` rows were 175 characters and its legend 361."""
+    document = plot_data.document(plot_data.every_family())
+    compared = compare_documents(document, document, threshold=0.1)
+    text = report.render(compared)
+    assert max(map(len, text.splitlines())) <= fit.WIDTH, text
+    # Nothing lost: every benchmark's row and the whole legend, once unwrapped.
+    assert all(v.name.split("[", 1)[0] in text for v in compared.verdicts)
+    assert report.rule_line(compared) in unwrapped(text)
+    assert report.render(compared, "markdown").count("\n|") > len(compared.verdicts)

@@ -74,13 +74,39 @@ def test_wire_settings_are_the_resolved_settings_under_their_own_names():
     assert options.report_every_s(resolved) == measure.report_every_s
 
 
-def test_help_lists_every_option_and_ini_key(pytester):
+def test_help_lists_every_option_and_ini_key_in_groups_a_user_reaches_for(pytester):
+    """55 options were one flat group in no order (--distbench-revisits second, the threshold
+    between timeout and duration, save and compare last)."""
     result = pytester.runpytest_subprocess("--help")
     assert result.ret == 0, result.stderr.str()
     text = result.stdout.str()
     named = set(re.findall(r"(?<![\w-])(--?[\w-]+|distbench_\w+)(?![\w-])", text))
     assert not {s.ini for s in settings.TABLE} - named
     assert not {s.option for s in settings.TABLE if s.option} - named
+    # Each option under its group's heading, the groups in HELP_GROUPS' order then the
+    # families', what to run first.
+    heading, under = None, {}
+    for line in text.splitlines():
+        if re.match(r"distbench: .*:$", line):
+            heading = line[:-1]
+        elif not line.strip() or not line.startswith(" "):
+            heading = None
+        elif heading and re.match(r"  --[\w-]+", line):
+            under[line.split()[0].split("=")[0]] = heading
+    rows = [s for s in settings.TABLE if s.option]
+    assert under == {s.option: settings.help_group(s) for s in rows}
+    groups = list(dict.fromkeys(under.values()))
+    assert groups[:len(settings.HELP_GROUPS)] == [f"distbench: {title}" for title in
+                                                 settings.HELP_GROUPS.values()]
+    assert [o for o, g in under.items() if g == groups[0]][:4] == [
+        "--distbench", "--world-size", "--backend", "--tensor-size"]
+    assert list(under)[-len(rows):].index("--distbench-compare") < 25
+
+
+def test_each_options_help_is_one_sentence_and_says_its_default():
+    for s in settings.TABLE:
+        assert not re.search(r";|(?<!e\.g)\.\s|\.$", s.help), s.option or s.ini
+        assert s.group is None or s.group in settings.HELP_GROUPS, s.name
 
 
 def test_a_switch_before_a_path_leaves_the_path_to_pytest(pytester, distbench_run):

@@ -60,7 +60,7 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     document = json.loads((pytester.path / out).read_text())
     assert all(b["distbench"].get("live_reports") for b in document["benchmarks"]
                if b["distbench"]["family"] == "message_rate")  # reported, not printed
-    # The digest ends the output: a line per family at its largest point, where the full
+    # The digest ends the output: a line per family at its headline point, where the full
     # tables are, the machine's noise.
     start = lines.index(next(ln for ln in lines if "distbench digest" in ln))
     digest = [line for line in lines[start + 1:-1] if line]
@@ -68,9 +68,10 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     assert [line.split()[0] for line in heads[:4]] == [
         "agent_observer", "message_rate", "rpc_transports", "store_init"]
     # Rows sharing the largest point are told apart (path, credits; transport).
-    assert re.match(r"message_rate +ws3 +4 B +credits=1 path=client_to_computation: [\d,.]+ "
+    assert re.match(r"message_rate +ws3 +4 B +credits=1,path=client_to_computation: [\d,.]+ "
                     r"msgs/s", heads[1]), digest
-    assert re.match(r"rpc_transports +ws2 +1 KiB +transport=[a-z-]+: round trip ",
+    # A latency at its smallest size, a rate at its largest.
+    assert re.match(r"rpc_transports +ws2 +4 B +transport=[a-z-]+: round trip ",
                     heads[2]), digest
     assert f"every sample in {out}" in " ".join(line.strip() for line in digest)
     assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)
@@ -173,7 +174,7 @@ def test_transports_with_many_sizes_turn_to_fit_and_say_each_skipped_one_once():
 @given(st.lists(st.tuples(st.sampled_from(["all_reduce", "all_gather", "broadcast"]),
                           st.integers(min_value=1, max_value=2**40),
                           st.integers(min_value=1, max_value=80)), min_size=1, max_size=8))
-def test_the_digest_has_one_line_per_family_at_its_largest_point(points):
+def test_the_digest_has_one_line_per_bandwidth_family_at_its_largest_point(points):
     from results_data import benchmark_record
 
     from pytest_distbench.results.rendering.digest import family_lines
@@ -192,6 +193,49 @@ def test_the_digest_has_one_line_per_family_at_its_largest_point(points):
         assert int(world) == ws
         # The largest size at that world, exactly: a rounded label only where it is exact.
         assert size == f"{largest} B" or units.parse_size(size.replace(" ", "")) == largest
+
+
+def test_the_digest_shows_a_latency_at_its_smallest_size_and_sizes_as_the_tables_do():
+    """`rpc_latency ws2 64 MiB round trip 113,335 us`: a latency's headline is its smallest
+    size; an odd size reads as the tables print it (the digest said 786440 B, a table 768 KiB)."""
+    import plot_data
+
+    from pytest_distbench.results.comparison.verdict import compare_documents
+    from pytest_distbench.results.rendering import report, table
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    sizes = (8, 1024, 786440, 64 << 20)
+    made = [plot_data.record(family, nbytes=n, seconds=1e-5 + n / 1e9, busbw_factor=1.0,
+                             figures=dict(figures))
+            for family, figures in (("p2p_latency", {"messages_per_iteration": 2}),
+                                    ("rpc_latency", {}), ("all_reduce", {}),
+                                    ("p2p_bandwidth", {"messages_per_iteration": 64}))
+            for n in sizes]
+    lines = {line.split()[0]: line for line in family_lines(made) if not line.startswith(" ")}
+    for family in ("p2p_latency", "rpc_latency"):
+        assert re.match(rf"{family} +ws2 +8 B ", lines[family]), lines
+    for family in ("all_reduce", "p2p_bandwidth"):
+        assert re.match(rf"{family} +ws2 +64 MiB ", lines[family]), lines
+    odd = [r for r in made if r["nbytes"] == 786440]
+    shown = units.size_cell(786440)
+    assert family_lines(odd)[0].split()[2:4] == shown.split()
+    assert re.search(rf"^ *{shown} ", table.render_tables(odd[2:3]), re.M)
+    document = plot_data.document(odd)
+    compared = report.render(compare_documents(document, document, threshold=0.1))
+    assert f" {shown} " in compared and "768 KiB" not in compared
+
+
+@given(st.lists(st.floats(0.5, 5000), min_size=1, max_size=12), st.integers(40, 120))
+def test_a_wrapped_line_never_parts_a_figure_from_its_unit_or_its_interval(pcts, width):
+    """The noise line broke between `± 168` and `%`."""
+    groups = ", ".join(f"group{i} ws2 1,003 us ± {p:.0f} %" for i, p in enumerate(pcts))
+    line = f"run-to-run noise here (95 %, measured in this session): {groups}; 64 MiB at 8 MB/s"
+    lines = fit.wrap(line, width)
+    assert " ".join(part.strip() for part in lines) == line
+    pieces = re.findall(r"[\d,]+ us ± \d+ %|\d+ MiB|\d+ MB/s|95 %", line)
+    assert len(pieces) == len(pcts) + 3
+    for piece in pieces:
+        assert any(piece in part for part in lines), (piece, lines)
 
 
 def test_the_widest_nccl_tests_table_of_the_main_job_fits():

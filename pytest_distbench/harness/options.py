@@ -57,41 +57,41 @@ def parse_bool(text: str) -> bool:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("duration", "--distbench-duration", "off", _optional_duration,
-            "run the timed region of every measurement for this long (e.g. 30s) instead of a "
-            "count or budget; 'off' to use --distbench-iterations / --distbench-budget"),
+            "run each measurement's timed region for this long (e.g. 30s) instead of a "
+            "count or budget, or 'off'", group="length"),
     Setting("report_every", "--distbench-report-every", "auto", _report_every,
-            "print a live line (Time/Msgs/Rate ... TOTALS ...) this often while a measurement "
-            "runs; 'auto' = every 5s in duration runs, 'off' = never"),
+            "print a live line this often while a measurement runs ('auto': every 5s in "
+            "duration runs, 'off': never)", group="outputs"),
     Setting("cpu_threads", "--distbench-cpu-threads", "0", parse_count(0),
-            "busy threads run in the pressured ranks during the timed region"),
+            "busy threads run in each pressured rank during the timed region", group="pressure"),
     Setting("allocate", "--distbench-allocate", "0", _optional_size,
-            "memory each pressured rank allocates for the timed region (e.g. 2GiB); "
-            "defaults to the --distbench-touch size"),
+            "memory each pressured rank allocates for the timed region, e.g. 2GiB (0: the "
+            "--distbench-touch size)", group="pressure"),
     Setting("touch", "--distbench-touch", "0", _optional_size,
-            "how much of the allocated memory is written: continuously during the timed "
-            "region, or once before it with --distbench-touch-once"),
+            "how much of the allocated memory is written, all through the timed region or "
+            "once with --distbench-touch-once", group="pressure"),
     Setting("touch_once", "--distbench-touch-once", "false", parse_bool,
-            "write the touched memory once (resident, no ongoing memory traffic)", flag=True),
+            "write the touched memory once before the timed region (resident, no ongoing "
+            "memory traffic)", flag=True, group="pressure"),
     Setting("log_threads", "--distbench-log-threads", "12", parse_count(1),
-            "threads sharing --distbench-log-lines"),
+            "threads sharing --distbench-log-lines", group="pressure"),
     Setting("log_lines", "--distbench-log-lines", "0", parse_count(0),
-            "80-character lines written to stderr as fast as possible by the log threads of "
-            "each pressured rank during the timed region"),
+            "80-character lines each pressured rank's log threads write to stderr as fast "
+            "as they can during the timed region", group="pressure"),
     Setting("print_env", "--distbench-print-env", "false", parse_bool,
             "put the environment of the pressured ranks into the report and the record",
-            flag=True),
+            flag=True, group="pressure"),
     # CUDA worlds only (docs/gpu.md); a CPU world is timed per call on the host whatever
     # these say, and its records say "host-each".
     Setting("cuda_timing", "--distbench-cuda-timing", "batch", _cuda_timing,
-            "CUDA worlds: batch = CUDA events around back-to-back iterations, one sample per "
-            "batch, as nccl-tests; each = host clock with the device synchronized after every "
-            "call (host-observed: launch and synchronization included); no effect on CPU"),
+            "CUDA worlds: batch (CUDA events around back-to-back iterations, as nccl-tests) "
+            "or each (host clock, device synchronized after every call)", group="gpu"),
     Setting("cuda_batch", "--distbench-cuda-batch", "auto", _cuda_batch,
-            "CUDA batch timing: iterations per batch; 'auto' = as many as last about 2 ms "
-            f"({cuda_timing.MIN_BATCH} to {cuda_timing.MAX_BATCH})"),
+            "iterations per CUDA batch, or 'auto' for as many as last about 2 ms "
+            f"({cuda_timing.MIN_BATCH} to {cuda_timing.MAX_BATCH})", group="gpu"),
     Setting("cuda_graph", "--distbench-cuda-graph", "false", parse_bool,
-            "capture each batch in a CUDA graph and time its replays (nccl-tests -G); a "
-            "world or call that cannot be captured is skipped, saying why", flag=True),
+            "capture each CUDA batch in a graph and time its replays (nccl-tests -G), "
+            "skipping a world or call that cannot be captured", flag=True, group="gpu"),
 )
 
 DEFAULT_REPORT_EVERY_S = 5.0

@@ -37,6 +37,7 @@ FAMILY = Family(
     settings=SETTINGS,
     tables=dict.fromkeys(MEMBERS, render_osu),
     figures=dict.fromkeys(MEMBERS, record_rates),
+    latencies=("p2p_latency",),
     headlines={
         "p2p_latency": "one-way latency: p50 of the ping-pong round trips / 2 ± 95 % CI",
         **dict.fromkeys(MEMBERS[1:], "MB/s: total messages / total time ± 95 % CI "

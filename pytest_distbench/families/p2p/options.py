@@ -9,6 +9,6 @@ SETTINGS = (
     Setting("window", "--distbench-window", "64",
             lambda t: units.parse_positive_int_list(t, "window"),
             "messages in flight per window of the p2p bandwidth tests (non-blocking sends, "
-            "then one acknowledgement), a list; 64 as in OSU", param="window",
+            "then one acknowledgement, 64 as in OSU), a list", param="window",
             param_id=lambda n: f"window{n}"),
 )

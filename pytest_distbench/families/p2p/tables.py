@@ -7,17 +7,11 @@ from typing import Any
 
 from ... import units
 from ...results.document.record import Record
-from ...results.rendering import ci, fit
-
-_ALIGN = "right"
+from ...results.rendering import ci, names
 
 
 def _wrong(record: Record) -> str:
     return "N/A" if record.get("wrong") is None else str(record["wrong"])
-
-
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    return fit.table(rows, headers, colalign=(_ALIGN,) * len(headers))
 
 
 def render_osu(records: list[Record]) -> str:
@@ -43,7 +37,7 @@ def _latency(records: list[Record]) -> str:
         ])
     headers = ["size (B)", "one-way p50 (us) ± 95% CI", "one-way p95 (us)", "one-way mean (us)",
                "#wrong", "iters"]
-    return (_table(rows, headers)
+    return (names.fitted_table(records, rows, headers, lambda r: r["nbytes"])
             + "\n# one-way latency = round trip / 2 (ping-pong, slowest rank per round trip)")
 
 
@@ -66,11 +60,21 @@ def _rates(records: list[Record]) -> str:
         ])
     headers = ["size (B)", "window", "pairs", "MB/s ± 95% CI", "MB/s p50", "MB/s p95", "msgs/s",
                "msgs/s p50", "msgs/s p95", "#wrong", "iters"]
-    return (_table(rows, headers)
+    return (names.fitted_table(records, rows, headers, _rate_key)
             + "\n# MB/s = 1e6 B/s over all pairs (and both directions for bibw); plain columns "
               "= total messages / total time (as OSU reports), its 95 % CI a block bootstrap over "
               "windows widened by the run-to-run noise; p50/p95 = rate of the median / "
               "95th-percentile (slower) window")
+
+
+def _rate_key(record: Record) -> tuple[Any, ...]:
+    f = record.get("figures") or {}
+    return record["nbytes"], f.get("window"), f.get("pairs")
+
+
+def _arras_key(record: Record) -> tuple[Any, ...]:
+    f = record.get("figures") or {}
+    return f.get("transport"), f.get("path"), record["nbytes"], f.get("credits")
 
 
 PATH_ORDER = ("client_to_computation", "computation_to_client", "computation_to_computation")
@@ -88,10 +92,12 @@ def render_arras(records: list[Record]) -> str:
         return (str(f.get("transport", "")), _path_rank(f.get("path", "")), f.get("path", ""),
                 r["nbytes"] or 0, f.get("credits", 0), r["id"])
 
-    tables: dict[str, list[list[str]]] = {}
+    tables: dict[str, tuple[list[list[str]], list[Record]]] = {}
     for r in sorted(records, key=key):
         f = r.get("figures") or {}
-        tables.setdefault(str(f.get("transport", "-")), []).append([
+        rows, of = tables.setdefault(str(f.get("transport", "-")), ([], []))
+        of.append(r)
+        rows.append([
             str(f.get("path", "-")),
             str(r["nbytes"]),
             str(f.get("credits", "-")),
@@ -104,8 +110,9 @@ def render_arras(records: list[Record]) -> str:
         ])
     headers = ["path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s", "msgs",
                "time (s)", "#wrong"]
-    return ("\n".join(f"# transport: {transport}\n{_table(rows, headers)}"
-                      for transport, rows in tables.items())
+    return ("\n".join(f"# transport: {transport}\n"
+                      + names.fitted_table(of, rows, headers, _arras_key)
+                      for transport, (rows, of) in tables.items())
             + "\n# totals over the timed region: msgs/s = msgs / time, us/msg = time / msgs, "
               "MB/s = 1e6 B/s; 95 % CI of msgs/s: block bootstrap over iterations; credits = "
               "messages sent before an acknowledgement is awaited")

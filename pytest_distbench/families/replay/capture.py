@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import trace as fmt
+from .schedule import implied_wait
 
 _REDUCE_OPS = {0: "sum", 1: "avg", 2: "product", 3: "min", 4: "max", 5: "band", 6: "bor",
                7: "bxor", 8: "premul_sum"}
@@ -316,7 +317,7 @@ def _with_waits(pending: list[_Pending], ids: dict[tuple[int, ...], int]) -> lis
             wait = next((j for j in range(i + 1, step_end)
                          if pending[j].call["issued_s"] >= p.completed_s), None)
         else:
-            wait = fmt.implied_wait(ops, i, step_end)
+            wait = implied_wait(ops, i, step_end)
         if wait is None and step_end < n:
             wait = step_end  # waited by the step's end: before the next step's first call
         calls.append(fmt.Call(**c, group=ids[p.ranks], wait_before=wait,

@@ -101,8 +101,9 @@ def render_replay(records: list[Record]) -> str:
 
 def _suite(settings: Any) -> list[str]:
     """--distbench-replay runs its traces without naming the suite: `pytest --distbench
-    --distbench-replay=trace/` is the whole command."""
-    return [str(SUITES / "test_replay.py")] if settings.replay else []
+    --distbench-replay=trace/` is the whole command. The suite's folder, not its file: a file
+    pytest is given is its own node id's root, and the test's id would lose its file part."""
+    return [str(SUITES / "replay")] if settings.replay else []
 
 
 FAMILY = Family(

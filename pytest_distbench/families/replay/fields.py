@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...results.document.io import UnreadableFile, read_regular_file
+from ...results.document.schema import json_type
 from ...units import MAX_WORLD_SIZE
 
 MAX_FILE_BYTES = 256 << 20  # a trace file larger than this is not a step's calls
@@ -59,20 +60,11 @@ def _no_constant(name: str) -> Any:
 
 
 def type_name(value: Any) -> str:
-    """What `value` is, without what it holds: the most a refusal says of a file's content."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int):
+    """What `value` is, without what it holds: the most a refusal says of a file's content
+    (an integer told from other numbers: most of a trace's fields are integers)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return "an integer" if abs(value) < 2**63 else "an integer out of range"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
+    return json_type(value)
 
 
 def index(value: Any, high: int = MAX_INDEX) -> bool:

@@ -41,7 +41,7 @@ def trace_directories(text: str) -> list[str]:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("replay", "--distbench-replay", None, trace_directories,
-            "replay captured traces as tests (suites/test_replay.py): trace directories, or "
-            "directories of them, comma separated, relative to the current directory; each "
-            "is checked at the session's start", scope="session", metavar="DIR[,DIR...]"),
+            "replay captured traces as tests, alone collecting "
+            "suites/replay/test_replay.py: trace directories or directories of them, comma "
+            "separated, checked at the session's start", scope="session", metavar="DIR[,DIR...]"),
 )

@@ -11,11 +11,13 @@ dropped. No torch here.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...units import MAX_WORLD_SIZE
+from . import schedule
 from . import trace as fmt
 from .fields import MAX_BUFFER_BYTES, MAX_GROUPS, Fields, TraceError, index, read_json, type_name
 from .trace import Buffer, Call, Trace
@@ -65,8 +67,11 @@ def looks_like_param(directory: Path) -> bool:
         rank_files(directory))
 
 
-def load(directory: str | Path) -> Trace:
-    """Read a PARAM basic trace directory (TraceError naming file and field)."""
+def load(directory: str | Path, keep: Collection[int] | None = None) -> Trace:
+    """Read a PARAM basic trace directory (TraceError naming file and field), holding the
+    calls of the ranks in `keep` (None: all). Every rank file is read: the groups are named
+    by the order they first appear in, over every rank's entries, and every replaying rank
+    must make them in the same order."""
     root = Path(directory)
     files = rank_files(root)
     world = max(files) + 1 if files else 0
@@ -76,17 +81,22 @@ def load(directory: str | Path) -> Trace:
                          f"(expected <rank>.json for ranks 0..{max(world, 1) - 1})")
     groups: dict[tuple[int, ...], int] = {tuple(range(world)): 0}
     calls: dict[int, list[Call]] = {}
+    schedules: dict[int, schedule.Schedule] = {}
     skipped: list[str] = []
     for rank in range(world):
         entries = read_json(files[rank], root)
         if not isinstance(entries, list):
             raise TraceError(f"{files[rank]}: expected a JSON list of comms entries, got "
                              f"{type_name(entries)}")
-        calls[rank] = _rank(entries, str(files[rank]), rank, world, groups, skipped)
+        mine = _rank(entries, str(files[rank]), rank, world, groups, skipped)
+        del entries
+        schedules[rank] = fmt.schedule_of(mine)
+        if keep is None or rank in keep:
+            calls[rank] = mine
     trace = Trace(name=root.resolve().name, world_size=world,
                   groups={g: ranks for ranks, g in groups.items()}, calls=calls,
                   source="PARAM basic trace", skipped=skipped, steps=[0])
-    fmt.check_matching(trace, str(root))
+    schedule.check(schedules, trace.groups, str(root))
     return trace
 
 
@@ -126,7 +136,7 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
             requests[req] = len(calls)
         calls.append(call)
     # A call with a wait entry is waited where that entry stood; one without as
-    # trace.implied_wait says.
+    # schedule.implied_wait says.
     ops = [c.op for c in calls]
     done = []
     for i, call in enumerate(calls):
@@ -134,7 +144,7 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
             wait = max(waits[i], i + 1)
             wait = wait if wait < len(calls) else None
         else:
-            wait = fmt.implied_wait(ops, i, len(calls))
+            wait = schedule.implied_wait(ops, i, len(calls))
         done.append(replace(call, wait_before=wait))
     return done
 

@@ -18,10 +18,11 @@ def is_any_trace(path: Path) -> bool:
 def read(directory: str | os.PathLike[str], keep: Collection[int] | None = None,
          check: bool = True) -> Trace:
     """The trace under `directory`, checked (TraceError naming file and field); `keep` and
-    `check` as trace.load's (a PARAM trace is read and checked whole)."""
+    `check` as trace.load's (a PARAM trace is read and checked whole: its groups are named
+    by the order they appear in over every rank's file)."""
     root = Path(directory)
     if not root.is_dir():
         raise TraceError(f"{root}: no such directory (a trace is a directory of JSON files)")
     if not (root / MANIFEST).exists() and param.looks_like_param(root):
-        return param.load(root)
+        return param.load(root, keep)
     return load(root, keep, check)

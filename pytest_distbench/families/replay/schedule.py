@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from .fields import TraceError
 
-POINT_TO_POINT = ("send", "recv")
+POINT_TO_POINT = ("send", "recv")  # the trace format's ops that are not collectives
 _SEND, _RECV = -1, -2  # a call's kind in a Schedule: one of these, or its group's id
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from ...units import MAX_WORLD_SIZE
 from . import schedule
 from .fields import (
-    MAX_FILE_BYTES,
     MAX_GROUP_MEMBERS,
     MAX_GROUPS,
     Fields,
@@ -29,12 +28,11 @@ from .fields import (
     read_json,
     type_name,
 )
-from .schedule import implied_wait
+from .schedule import POINT_TO_POINT
 
 FORMAT = "pytest-distbench-trace"
 VERSION = 1
 MANIFEST = "manifest.json"
-__all__ = ["MAX_FILE_BYTES", "TraceError", "implied_wait"]  # and the format's names below
 
 DTYPE_BYTES = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
@@ -60,7 +58,6 @@ OPS: dict[str, tuple[str, str]] = {
     "recv": ("outputs", "1"),
 }
 ROOTED = ("broadcast", "reduce")
-POINT_TO_POINT = ("send", "recv")
 REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
 
 

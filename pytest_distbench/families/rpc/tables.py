@@ -13,7 +13,7 @@ from typing import Any
 
 from ... import units
 from ...results.document.record import Record
-from ...results.rendering import ci, fit
+from ...results.rendering import ci, fit, names
 from .catalog import BY_NAME, TRANSPORTS, unavailable
 from .metrics import METRICS, PERCENTILES
 from .options import ITERATION_BYTES_CAP
@@ -24,10 +24,6 @@ _SEED_LABELS = {
     "observer_latency_s": "observer latency",
     "observer_throughput": "observer throughput",
 }
-
-
-def _size(nbytes: int | None) -> str:
-    return "-" if nbytes is None else units.format_size_exact(nbytes)
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
@@ -43,15 +39,15 @@ def render_latency(records: list[Record]) -> str:
     rows = []
     for r in records:
         s, f = r["summary"], r["figures"]
-        rows.append([_size(r["nbytes"]),
+        rows.append([units.size_cell(r["nbytes"]),
                      ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
                      units.format_duration_us(s["mean"]),
                      units.format_duration_us(s["p95"]), units.figure_cell(f.get("mbps")),
                      r["wrong"] if r["wrong"] is not None else "N/A",
                      f"{r['stalls']}/{r['iterations']}"])
-    return _table(rows, ["size", "round trip p50 (us) ± 95% CI", "mean (us)",
-                         "round trip p95 (us)",
-                         "MB/s (payload both ways)", "#wrong", "stalls"]) + (
+    return names.fitted_table(records, rows, ["size", "round trip p50 (us) ± 95% CI", "mean (us)",
+                                        "round trip p95 (us)", "MB/s (payload both ways)",
+                                        "#wrong", "stalls"], lambda r: r["nbytes"]) + (
         "\n# rpc_sync to rank 1, which echoes the payload back: times are ROUND TRIPS; "
         "MB/s = 2 x size / p50")
 
@@ -69,13 +65,13 @@ def render_throughput(records: list[Record]) -> str:
             capped = capped or (f"; '{credits}': {f['credits_requested']} requested, "
                                 f"{f['credits']} ran in flight (an iteration carries at most "
                                 f"{units.format_size(ITERATION_BYTES_CAP)})")
-        rows.append([_size(r["nbytes"]), credits, f.get("messages_per_iteration"),
+        rows.append([units.size_cell(r["nbytes"]), credits, f.get("messages_per_iteration"),
                      units.format_duration_us(s["p50"]),
                      ci.with_pct(units.figure_cell(f.get("msgs_per_s")), ci.rate_pct(r), r),
                      units.figure_cell(f.get("mbps")), f"{r['stalls']}/{r['iterations']}"])
-    return _table(rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
-                         "msgs/s ± 95% CI",
-                         "MB/s (payload one way)", "stalls"]) + (
+    return names.fitted_table(records, rows, ["size", "credits", "msgs/iter", "iteration p50 (us)",
+                                        "msgs/s ± 95% CI", "MB/s (payload one way)", "stalls"],
+                        lambda r: (r["nbytes"], r["figures"].get("credits"))) + (
         f"\n# rpc_async to rank 1 with at most `credits` unanswered{capped}; rates from the p50 "
         "iteration; MB/s = msgs/s x size / 1e6")
 
@@ -95,13 +91,13 @@ def render_transports(records: list[Record]) -> str:
                for t in TRANSPORTS if t.name not in cells]
     rows = [[name] + [_cell(cells[name][n], kept[name, n]) if n in cells[name] else "-"
                       for n in sizes] for name in ran]
-    headers = ["transport (round trip, ms)"] + [_size(n) for n in sizes]
+    headers = ["transport (round trip, ms)"] + [units.size_cell(n) for n in sizes]
     text = _table(rows, headers)
     turned = ""
     if fit.widest(text) > fit.WIDTH and ran:
         # More sizes than a terminal has columns for: sizes down, transports across.
-        text = _table([[_size(n)] + [row[1 + i] for row in rows] for i, n in enumerate(sizes)],
-                      ["size"] + ran)
+        text = _table([[units.size_cell(n)] + [row[1 + i] for row in rows]
+                       for i, n in enumerate(sizes)], ["size"] + ran)
         turned = "; rows = sizes, columns = transports"
     return "\n".join([text, "# p50 ± 95 % CI of the round trip (payload there and back), in ms"
                        + turned] + skipped)

@@ -26,17 +26,16 @@ def _rounds(text: str) -> int:
 SETTINGS: tuple[Setting, ...] = (
     Setting("store_clients", "--distbench-store-clients", "64,512",
             lambda t: units.parse_positive_int_list(t, "store clients"),
-            "TCPStore clients (the study's ranks, the server's world_size), a list (the default "
-            "is kept small because plain `pytest --distbench` runs it too); simulated "
-            "on threads spread over the world's ranks", param="clients",
+            "TCPStore clients (the study's ranks), simulated on threads spread over the "
+            "world's ranks, a list", param="clients",
             param_id=lambda n: f"clients{n}"),
     Setting("store_backend", "--distbench-store-backend", "libuv,legacy", _store_backends,
             "TCPStore server backends to run side by side: libuv, legacy, or both",
             param="store_backend", param_id=str),
     Setting("store_rounds", "--distbench-store-rounds", "10", _rounds,
-            "timed store-based barriers per point (the study's number_runs), and operations "
+            "timed store-based barriers per point (the study's number_runs) and operations "
             "of each kind per client in test_store_ops"),
     Setting("store_timeout", "--distbench-store-timeout", "120s", units.parse_duration,
-            "bound on every store call: connecting all clients, a barrier, one operation; "
-            "keep it below --distbench-timeout so a stuck store fails with its reason"),
+            "bound on every store call (connecting all clients, a barrier, one operation), "
+            "below --distbench-timeout so a stuck store fails with its reason"),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...results.rendering import ci, fit
+from ...results.rendering import ci, fit, names
 from . import plan
 
 
@@ -53,8 +53,14 @@ def _incomplete_notes(rows: list[dict[str, Any]]) -> str:
         for r in _order(rows) if r.get("incomplete"))
 
 
-def _table(body: list[list[Any]], headers: list[str]) -> str:
-    return fit.table(body, headers, colalign=("right",) * len(headers))
+def _table(body: list[list[Any]], headers: list[str], rows: list[dict[str, Any]],
+           key: names.RowKey) -> str:
+    """`body`: a line per row of `rows`, in _order."""
+    return names.fitted_table(_order(rows), body, headers, key)
+
+
+def _clients(row: dict[str, Any]) -> tuple[Any, ...]:
+    return _backend(row), row["figures"].get("clients")
 
 
 def _limits(rows: list[dict[str, Any]]) -> str:
@@ -88,7 +94,7 @@ def render_init(rows: list[dict[str, Any]]) -> str:
                      _s(max(f.get("handoff_s") or [0.0]))])
     headers = ["backend", "clients", "init (s)", "connect p50 (ms)", "p95 (ms)", "max (ms)",
                f"slow >{plan.SLOW_CONNECT_S:g}s", "init w/o slow (s)", "hand-off (s)"]
-    return _table(body, headers) + (
+    return _table(body, headers, rows, _clients) + (
         "\n# init = server constructor until all clients connected (the study's figure); "
         "connect = one simulated client's constructor; init w/o slow = init less the slow "
         "connects' delay (the slowest connect under "
@@ -123,7 +129,8 @@ def render_barrier(rows: list[dict[str, Any]]) -> str:
     headers = ["backend", "clients", "rounds", "barrier p50 (ms) ± 95% CI", "mean (ms)",
                "p95 (ms)",
                "max (ms)", "init (s)"]
-    return _table(body, headers) + (
+    return _table(body, headers, rows,
+                  lambda r: (*_clients(r), r["figures"].get("rounds"))) + (
         "\n# one store-based barrier of all clients, timed on the server's own client "
         "(the study divides the total of its rounds: that is the mean)" + _incomplete_notes(rows))
 
@@ -144,7 +151,7 @@ def render_ops(rows: list[dict[str, Any]]) -> str:
                      r["wrong"] if r["wrong"] is not None else "N/A"])
     headers = ["backend", "clients", "op", "p50 (us) ± 95% CI", "p95 (us)", "max (us)", "ops/s",
                "#wrong"]
-    return _table(body, headers) + (
+    return _table(body, headers, rows, lambda r: (*_clients(r), r["figures"].get("op"))) + (
         "\n# latency = one operation's round trip from one client while all clients run "
         "((send): set and multi_set wait for no reply); ops/s = all clients' operations / "
         "wall time" + _incomplete_notes(rows))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,8 @@ class Session:
         self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
         # Written outputs that failed: the session fails (outputs.py).
         self.output_errors: list[str] = []
+        # The output files written (the digest points only at those).
+        self.written: set[Path] = set()
 
     def add_rank_infos(self, infos: Iterable[dict[str, Any]]) -> None:
         """What the ranks of a newly started world saw (GPU, NCCL, the GPU's copy rate, which

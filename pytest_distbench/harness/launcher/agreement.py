@@ -13,6 +13,7 @@ from typing import Any
 
 from ..environment import backends
 from . import hang, wire
+from .seal import Forged
 from .storechannel import StoreChannel
 
 Decide = Callable[[dict[int, Any], list[int]], Any]
@@ -31,18 +32,25 @@ class Agreement:
 
     def round(self, name: str, mine: Any, decide: Decide) -> Any:
         """Every rank posts `mine`; rank 0 decides from all of them; every rank gets the
-        answer (a rank that gets none in time exits: rank 0 is gone)."""
+        answer (a rank that gets none in time exits: rank 0 is gone; one that reads a forged
+        value too: the ranks could no longer act alike)."""
         self.channel.set(wire.posted(name, self.rank), mine)
-        if self.rank == 0:
-            keys = [wire.posted(name, r) for r in range(self.world_size)]
-            self.channel.wait(keys, self.timeout_s)
-            values = {r: self.channel.get(k) for r, k in enumerate(keys) if self.channel.has(k)}
-            missing = [r for r in range(self.world_size) if r not in values]
-            self.channel.set(wire.decision(name), decide(values, missing))
-        if not self.channel.wait([wire.decision(name)], self.timeout_s + hang.VERDICT_MARGIN_S):
-            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: no answer from rank 0 "
-                                          f"on {name} within {self.timeout_s:g} s; exiting")
-        return self.channel.get(wire.decision(name))
+        try:
+            if self.rank == 0:
+                keys = [wire.posted(name, r) for r in range(self.world_size)]
+                self.channel.wait(keys, self.timeout_s)
+                values = {r: self.channel.get(k) for r, k in enumerate(keys)
+                          if self.channel.has(k)}
+                missing = [r for r in range(self.world_size) if r not in values]
+                self.channel.set(wire.decision(name), decide(values, missing))
+            if not self.channel.wait([wire.decision(name)],
+                                     self.timeout_s + hang.VERDICT_MARGIN_S):
+                hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: no answer from "
+                                              f"rank 0 on {name} within {self.timeout_s:g} s; "
+                                              "exiting")
+            return self.channel.get(wire.decision(name))
+        except Forged as exc:
+            hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: {exc}; exiting")
 
     def collection(self, ids: list[str]) -> str | None:
         """The error that stops every rank when the ranks collected different items (None

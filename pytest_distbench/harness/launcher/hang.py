@@ -27,9 +27,10 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from . import wire
+from .seal import Forged
 from .storechannel import StoreChannel, StoreLost
 
 STACK_WAIT_S = 10.0  # how long rank 0 waits for the stacks of the ranks that did not finish
@@ -90,15 +91,20 @@ def keep_stderr() -> None:
             _stderr_fd = None
 
 
-def exit_now(code: int = EXIT_CODE, message: str | None = None) -> None:
+def write_stderr(message: str) -> None:
+    """One line to the process's own stderr, past any test's output capture."""
+    if _stderr_fd is not None:
+        try:
+            os.write(_stderr_fd, (message + "\n").encode(errors="replace"))
+            return
+        except OSError:
+            pass
+    sys.stderr.write(message + "\n")
+
+
+def exit_now(code: int = EXIT_CODE, message: str | None = None) -> NoReturn:
     if message:
-        if _stderr_fd is not None:
-            try:
-                os.write(_stderr_fd, (message + "\n").encode(errors="replace"))
-            except OSError:
-                sys.stderr.write(message + "\n")
-        else:
-            sys.stderr.write(message + "\n")
+        write_stderr(message)
     flush()
     os._exit(code)
 
@@ -215,6 +221,9 @@ class VerdictWatch(_Watch):
             verdict = self._channel.get(key) if arrived else None
         except (StoreLost, RuntimeError) as exc:
             self._lost(running, f"the store stopped answering ({exc})")
+            return
+        except Forged as exc:
+            self._lost(running, str(exc))
             return
         if verdict is None:
             self._lost(running, f"no verdict from rank 0 within "

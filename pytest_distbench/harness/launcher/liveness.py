@@ -32,7 +32,7 @@ GONE = json.dumps(GONE_VALUE)
 _GONE_BYTES = GONE.encode()
 
 
-def is_gone(raw: bytes) -> bool:
+def is_gone(raw: object) -> bool:
     """Whether a key's raw bytes are the marker rather than what the rank posted."""
     return raw == _GONE_BYTES
 
@@ -81,7 +81,7 @@ class Heartbeat:
         waiting = [r for r in ranks if not self._channel.has(key_of(r))]
         for r in self._peers.gone(self._channel, waiting):
             # Only where the rank has not answered meanwhile (it may answer, then die).
-            self._channel.compare_set(key_of(r), "", GONE)
+            self._channel.mark(key_of(r), GONE)
 
     def stop(self) -> None:
         self._stopped.set()

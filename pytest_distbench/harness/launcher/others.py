@@ -14,6 +14,7 @@ from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
 from .liveness import BEAT_S, GONE_VALUE
+from .seal import Forged
 from .session import FAILURE_GRACE_S, LauncherSession
 from .storechannel import StoreChannel, StoreLost, open_store
 
@@ -32,7 +33,10 @@ class OtherRankSession(LauncherSession):
 
     def _agree_on_the_end(self) -> None:
         if self.channel.wait([wire.END], hang.EXIT_WAIT_S):
-            self.pytest_session.exitstatus = self.channel.get(wire.END)["exitstatus"]
+            try:
+                self.pytest_session.exitstatus = self.channel.get(wire.END)["exitstatus"]
+            except Forged as exc:  # this rank's own status stands
+                hang.write_stderr(f"distbench rank {self.rank}: refused the end status: {exc}")
         self.channel.set(wire.done(self.rank), 1)
         # Exit after rank 0: a launcher that stops every rank once one exits non-zero
         # (torchrun) then never stops rank 0 on its way out.
@@ -141,6 +145,10 @@ class OtherRankSession(LauncherSession):
         except StoreLost as exc:
             if self.watch.disarm():
                 self._lost_rank_0(running.item, f"the store stopped answering: {exc}")
+            return None
+        except Forged as exc:  # rank 0's verdict cannot be told: this rank cannot follow it
+            if self.watch.disarm():
+                self._lost_rank_0(running.item, str(exc))
             return None
         finally:
             self._heartbeat.expect_nothing()

@@ -18,6 +18,7 @@ from ..wire import Measurement, TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
 from .liveness import is_gone
+from .seal import Forged
 from .session import DONE_TIMEOUT_S, FAILURE_GRACE_S, STOP_LOOK_S, GateCheck, LauncherSession
 from .storechannel import StoreChannel
 
@@ -132,7 +133,9 @@ class RankZeroSession(LauncherSession):
     def _read_releases(self, running: hang.Running, posted: dict[int, wire.Outcome]) -> None:
         """Which ranks released the others (they said so after sending their outcome)."""
         for r in range(1, self.world_size):
-            if self.channel.has(running.key(wire.released(r))):
+            key = running.key(wire.released(r))
+            if self.channel.has(key) and not isinstance(self.channel.get_texts([key])[0],
+                                                        Forged):
                 posted[r].released = True
 
     def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
@@ -196,8 +199,7 @@ class RankZeroSession(LauncherSession):
         if not dead and not stopped:
             ch.wait([running.key(wire.stack(r)) for r in others], hang.STACK_WAIT_S)
             for r in others:
-                key = running.key(wire.stack(r))
-                stacks[r] = ch.get(key) if ch.has(key) else "(no stack: the rank did not answer)"
+                stacks[r] = _stack(ch, running.key(wire.stack(r)))
         finished = {r: own if r == 0 else arrived[r]
                     for r in range(self.world_size) if r not in pending}
         cannot = ("In launcher mode the ranks cannot be replaced: the remaining tests are not "
@@ -234,8 +236,10 @@ class RankZeroSession(LauncherSession):
             ch.set(wire.END, {"exitstatus": hang.EXIT_CODE})
 
 
-def _read_outcome(rank: int, raw: bytes) -> wire.Outcome:
+def _read_outcome(rank: int, raw: bytes | Forged) -> wire.Outcome:
     """A rank's posted outcome; a failed one naming the fault when it is not one."""
+    if isinstance(raw, Forged):
+        return wire.Outcome("failed", f"rank 0 refused rank {rank}'s outcome: {raw}", [], "")
     try:
         if len(raw) > wire.OUTCOME_LIMIT:
             raise wire.WireError(f"{len(raw)} bytes, over the {wire.OUTCOME_LIMIT} byte limit")
@@ -243,6 +247,16 @@ def _read_outcome(rank: int, raw: bytes) -> wire.Outcome:
     except (ValueError, RecursionError) as exc:  # WireError, bad JSON, nested too deep
         return wire.Outcome("failed", f"rank {rank} posted an outcome rank 0 cannot read: "
                                       f"{str(exc)[:200]}", [], "")
+
+
+def _stack(channel: StoreChannel, key: str) -> str:
+    """A hung rank's stack as it posted it."""
+    if not channel.has(key):
+        return "(no stack: the rank did not answer)"
+    try:
+        return str(channel.get(key))
+    except Forged as exc:
+        return f"(no stack: {exc})"
 
 
 def run_result(posted: dict[int, wire.Outcome]) -> RunResult:

@@ -28,7 +28,7 @@ from ..controller.live import LivePrinter
 from ..controller.outcome import prepare
 from ..controller.session import Session
 from ..wire import RankSpec, TestOutcome, WorldKey
-from . import hang, wire
+from . import hang, seal, wire
 from .agreement import Agreement
 from .detect import LaunchEnv
 from .liveness import Heartbeat, Peers, same_host_pids
@@ -129,12 +129,25 @@ class LauncherSession(Session):
         error = self.agreement.collection([item.nodeid for item in session.items])
         if error:
             pytest.exit(error, returncode=pytest.ExitCode.USAGE_ERROR)
+        self._agree_on_the_seal()
         self.peers = Peers(same_host_pids(self.hosts, self.agreement.pids,
                                           socket.gethostname(), self.rank, os.getpid()))
         self._heartbeat = Heartbeat(StoreChannel(open_store(
             self.launch.master_addr, self.launch.master_port, master=False,
-            timeout_s=START_TIMEOUT_S), self.prefix), self.rank, self.peers)
+            timeout_s=START_TIMEOUT_S), self.prefix, self.channel.seal), self.rank, self.peers)
         self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    def _agree_on_the_seal(self) -> None:
+        """From here on, what the ranks act on carries the run's seal (seal.py)."""
+        try:
+            run_seal = seal.agree(self.channel.store, self.prefix, self.rank, self.world_size)
+        except RuntimeError as exc:
+            pytest.exit(f"the ranks could not agree on the run's seal over a gloo process "
+                        f"group of their own within {seal.AGREE_TIMEOUT_S:g} s (the ranks must "
+                        "reach each other directly, as their tests' process groups do; "
+                        f"GLOO_SOCKET_IFNAME names the interface): {str(exc)[:300]}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
+        self.channel.seal = self._watch_channel.seal = run_seal
 
     # -- the in-process world ---------------------------------------------------------------
 

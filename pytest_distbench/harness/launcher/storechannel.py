@@ -1,16 +1,22 @@
 """JSON values under one key prefix of a torch.distributed store, with bounded waits.
 
 Launcher-mode ranks talk through the launcher's store, which may listen on a real network: what
-crosses it is JSON, never pickle.
+crosses it is JSON, never pickle. Once the ranks agreed on the run's seal (seal.py), every value
+set is sealed and every value read is opened: one that no rank of the run wrote is Forged.
+Counters (`add`) and markers read only by their presence (`has`, `wait`) carry no seal.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
+
+from .seal import Forged, Seal
 
 
 class StoreLost(RuntimeError):
@@ -20,9 +26,10 @@ class StoreLost(RuntimeError):
 class StoreChannel:
     """Every call raises StoreLost, not the store's own RuntimeError, when the store is gone."""
 
-    def __init__(self, store: Any, prefix: str) -> None:
+    def __init__(self, store: Any, prefix: str, seal: Seal | None = None) -> None:
         self.store = store
         self.prefix = prefix
+        self.seal = seal  # None until the ranks agreed on it (after the collection round)
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
@@ -30,25 +37,40 @@ class StoreChannel:
         except RuntimeError as exc:  # torch's DistStoreError and DistNetworkError among them
             raise StoreLost(str(exc)) from exc
 
+    def _sealed(self, key: str, text: str) -> str | bytes:
+        return text if self.seal is None else self.seal.seal(self.prefix + key, text)
+
+    def _opened(self, key: str, raw: bytes) -> bytes:
+        return raw if self.seal is None else self.seal.open(self.prefix + key, raw)
+
     def set(self, key: str, value: Any) -> None:
-        self._call("set", self.prefix + key, json.dumps(value, default=repr))
+        self.set_text(key, json.dumps(value, default=repr))
 
     def get(self, key: str) -> Any:
-        return json.loads(self._call("get", self.prefix + key))
+        """The value under `key`; Forged when no rank of the run wrote it."""
+        return json.loads(self._opened(key, self._call("get", self.prefix + key)))
 
     def set_text(self, key: str, text: str) -> None:
         """A value already in JSON."""
-        self._call("set", self.prefix + key, text)
+        self._call("set", self.prefix + key, self._sealed(key, text))
 
-    def get_texts(self, keys: list[str]) -> list[bytes]:
-        """Several values as they were set, in one round trip."""
+    def get_texts(self, keys: list[str]) -> list[bytes | Forged]:
+        """Several values as they were set, in one round trip; in place of each one that no
+        rank of the run wrote, its Forged."""
         if not keys:
             return []
-        return list(self._call("multi_get", [self.prefix + k for k in keys]))
+        raws = self._call("multi_get", [self.prefix + k for k in keys])
+        found: list[bytes | Forged] = []
+        for key, raw in zip(keys, raws, strict=True):
+            try:
+                found.append(self._opened(key, raw))
+            except Forged as exc:
+                found.append(exc)
+        return found
 
-    def compare_set(self, key: str, expected: str, value: str) -> None:
-        """Set `value` where the key holds `expected` ("": where it does not exist)."""
-        self._call("compare_set", self.prefix + key, expected, value)
+    def mark(self, key: str, text: str) -> None:
+        """Set `text` where the key does not exist yet (a value posted meanwhile stays)."""
+        self._call("compare_set", self.prefix + key, "", self._sealed(key, text))
 
     def delete(self, key: str) -> None:
         self._call("delete_key", self.prefix + key)
@@ -88,8 +110,32 @@ class StoreChannel:
 
 
 def open_store(host: str, port: int, *, master: bool, timeout_s: float) -> Any:
-    """A client of the store at host:port, or its server too when `master`."""
+    """A client of the store at host:port, or its server too when `master`: at a loopback
+    address, listening there alone (TCPStore's own server listens on every interface,
+    whatever host it is given)."""
     import torch.distributed as dist
 
+    listener = _loopback_listener(host, port) if master else None
     return dist.TCPStore(host, port, is_master=master, timeout=timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
+                         wait_for_workers=False, master_listen_fd=listener)
+
+
+def _loopback_listener(host: str, port: int) -> int | None:
+    """A socket listening at host:port when host is a loopback address (its descriptor, handed
+    to the store's server); None for any other host, which the other hosts' ranks must reach."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name: what the other ranks resolve it to is theirs
+    if not address.is_loopback:
+        return None
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError as exc:  # as the store's own server would say it (a RuntimeError)
+        listener.close()
+        raise RuntimeError(f"the store cannot listen at {host}:{port}: {exc}") from exc
+    return listener.detach()  # the store's server owns it from here

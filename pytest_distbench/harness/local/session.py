@@ -24,7 +24,7 @@ from ..controller.session import Session
 from ..wire import RunTest
 from .limits import FORCE_HINT, oversubscription, oversubscription_line, start_problem
 from .netns import PrivateNetwork
-from .stale_folders import hold, make_capture_dir, remove_stale_folders
+from .stale_folders import hold_until_exit, make_capture_dir, remove_stale_folders
 from .world import World, WorldKey, WorldStartError
 
 # Idle worlds are kept for reuse; past this many ranks the least recently used go first.
@@ -54,8 +54,10 @@ class LocalSession(Session):
         self.revisits = Revisits(revisits)
         remove_stale_folders()  # what sessions killed by SIGKILL left in the temporary directory
         # Held while this session lives: its folders are not stale (stale_folders.py). The
-        # forkserver's socket goes in multiprocessing's folder of this process.
-        self._owner_locks = [hold(Path(multiprocessing.util.get_temp_dir()))]
+        # forkserver's socket goes in multiprocessing's folder of this process, which its exit
+        # handler removes after the session: held until then.
+        hold_until_exit(Path(multiprocessing.util.get_temp_dir()))
+        self._owner_locks: list[int | None] = []
 
     # -- worlds -------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 A controller (or an xdist worker) killed by SIGKILL runs no teardown: its rank logs
 (`distbench-ranks-*`) and multiprocessing's folder of its forkserver (`pymp-*`) stay. Each
-local session holds an flock on an OWNER file in both for its whole life (`hold`); a session
+local session holds an flock on an OWNER file in both for its whole life (`hold`; on pymp-*
+until its process exits, since multiprocessing removes that folder at exit); a session
 that starts removes every such folder of this user whose lock it can take: its owner is gone,
 whatever process or network namespace it ran in. A folder without OWNER (another program's,
 or one being made) is never touched.
@@ -52,6 +53,17 @@ def hold(path: Path) -> int | None:
     finally:
         os.unlink(pending)
     return fd
+
+
+_HELD_UNTIL_EXIT: dict[Path, int | None] = {}
+
+
+def hold_until_exit(path: Path) -> None:
+    """`hold` the folder until this process exits, not until its session finishes: the
+    folder (multiprocessing's pymp-*) is removed by an exit handler after the session, and a
+    session starting meanwhile must not take it for a killed one's."""
+    if path not in _HELD_UNTIL_EXIT:  # a second session in this process: already held
+        _HELD_UNTIL_EXIT[path] = hold(path)
 
 
 def remove_stale_folders() -> list[Path]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
@@ -209,11 +209,13 @@ def compare_documents(
     alpha: float = DEFAULT_ALPHA,
     baseline_label: str = "baseline",
     current_label: str = "current",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Judge every benchmark id found in either (validated) document.
 
     Ids only in the current document are "new", ids only in the baseline are "missing"; neither
     is a failure. A record's own "threshold" (from the current run) beats ``threshold``.
+    ``progress(judged, total)`` is told after each benchmark of the current document.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -227,6 +229,8 @@ def compare_documents(
 
     verdicts: list[Verdict] = []
     for benchmark_id, cur in cur_records.items():
+        if progress is not None:
+            progress(len(verdicts), len(cur_records))
         base = base_records.get(benchmark_id)
         limit = _threshold_for(cur, base, threshold)
         if base is None:

@@ -87,7 +87,7 @@ _NOT_OURS = "not a pytest-distbench results file"
 
 def validate_document(doc: Any) -> None:
     if not isinstance(doc, dict):
-        raise SchemaError("", f"{_NOT_OURS} (top level is {_json_type(doc)}, expected an object)")
+        raise SchemaError("", f"{_NOT_OURS} (top level is {json_type(doc)}, expected an object)")
     meta = doc.get("distbench")
     if meta is None:
         if "benchmarks" in doc and "machine_info" in doc:
@@ -96,7 +96,7 @@ def validate_document(doc: Any) -> None:
             )
         raise SchemaError("", f'{_NOT_OURS} (no "distbench" section)')
     if not isinstance(meta, dict):
-        raise SchemaError("distbench", f"expected an object, got {_json_type(meta)}")
+        raise SchemaError("distbench", f"expected an object, got {json_type(meta)}")
 
     version = meta.get("schema_version")
     if not _is_int(version) or version < 1:
@@ -124,7 +124,7 @@ def validate_document(doc: Any) -> None:
     for index, bench in enumerate(benchmarks):
         where = f"benchmarks[{index}]"
         if not isinstance(bench, dict):
-            raise SchemaError(where, f"expected an object, got {_json_type(bench)}")
+            raise SchemaError(where, f"expected an object, got {json_type(bench)}")
         record = _expect(bench, "distbench", dict, where, "an object")
         validate_record(record, f"{where}.distbench")
         if record["id"] in seen:
@@ -145,13 +145,13 @@ def validate_record(record: Record, where: str) -> None:
     for key in ("params", "figures"):
         if key in record and not isinstance(record[key], dict):
             raise SchemaError(_at(where, key),
-                              f"expected an object, got {_json_type(record[key])}")
+                              f"expected an object, got {json_type(record[key])}")
     for key in ("nbytes", "count", "warmup", "iterations", "wrong", "stalls"):
         _int_field(record, key, where, minimum=0, nullable=True)
     for key in ("dtype", "placement", "moves_no_data"):  # placement keys tables: a string
         if record.get(key) is not None and not isinstance(record[key], str):
             raise SchemaError(_at(where, key), f"expected a string or null, got "
-                              f"{_json_type(record[key])}")
+                              f"{json_type(record[key])}")
     for key in ("busbw_factor", "algbw_gbps", "busbw_gbps", "skew", "threshold"):
         value = record.get(key)
         if value is not None and not (is_number(value) and value >= 0):
@@ -251,7 +251,7 @@ def _validate_p50_ci(ci: Any, where: str) -> None:
     if ci is None:
         return
     if not isinstance(ci, dict):
-        raise SchemaError(where, f"expected an object or null, got {_json_type(ci)}")
+        raise SchemaError(where, f"expected an object or null, got {json_type(ci)}")
     for key in ("low", "high", "half_width_pct"):
         value = ci.get(key)
         if value is not None and not (is_number(value) and value >= 0):
@@ -264,7 +264,7 @@ def _validate_p50_ci(ci: Any, where: str) -> None:
     for key, kind, expected in (("run_noise", dict, "an object"), ("why", str, "a string")):
         if ci.get(key) is not None and not isinstance(ci[key], kind):
             raise SchemaError(_at(where, key),
-                              f"expected {expected} or null, got {_json_type(ci[key])}")
+                              f"expected {expected} or null, got {json_type(ci[key])}")
 
 
 def _validate_run_extras(record: Record, where: str) -> None:
@@ -286,13 +286,13 @@ def _validate_run_extras(record: Record, where: str) -> None:
     pressure = record.get("pressure")
     if pressure is not None and not isinstance(pressure, dict):
         raise SchemaError(_at(where, "pressure"),
-                          f"expected an object or null, got {_json_type(pressure)}")
+                          f"expected an object or null, got {json_type(pressure)}")
     reports = record.get("live_reports")
     if reports is None:
         return
     if not isinstance(reports, list):
         raise SchemaError(_at(where, "live_reports"),
-                          f"expected a list, got {_json_type(reports)}")
+                          f"expected a list, got {json_type(reports)}")
     for i, report in enumerate(reports):
         ok = isinstance(report, dict) and all(
             is_number(report.get(key)) and report[key] >= 0 for key in ("time_s", "iterations"))
@@ -320,7 +320,7 @@ def _validate_environment(environment: dict[str, Any], where: str) -> None:
     comparisons take the machine-speed probe's median."""
     gpus = environment.get("gpus")
     if gpus is not None and not isinstance(gpus, list):
-        raise SchemaError(_at(where, "gpus"), f"expected a list or null, got {_json_type(gpus)}")
+        raise SchemaError(_at(where, "gpus"), f"expected a list or null, got {json_type(gpus)}")
     # The history keeps the torch version of each run: a baseline must hold one it can keep.
     _optional_string(environment, "torch", where)
     _probe_field(environment, where)
@@ -329,11 +329,11 @@ def _validate_environment(environment: dict[str, Any], where: str) -> None:
 def _validate_history(history: Any, where: str) -> None:
     """A baseline's earlier runs (document/history.py), read by the gate, compare and append."""
     if not isinstance(history, list):
-        raise SchemaError(where, f"expected a list of earlier runs, got {_json_type(history)}")
+        raise SchemaError(where, f"expected a list of earlier runs, got {json_type(history)}")
     for i, run in enumerate(history):
         at = f"{where}[{i}]"
         if not isinstance(run, dict):
-            raise SchemaError(at, f"expected an object (one earlier run), got {_json_type(run)}")
+            raise SchemaError(at, f"expected an object (one earlier run), got {json_type(run)}")
         p50s = _expect(run, "p50_s", dict, at, "an object of benchmark id -> seconds")
         for bid, value in p50s.items():
             if not (is_number(value) and value >= 0):
@@ -347,7 +347,7 @@ def _validate_history(history: Any, where: str) -> None:
 def _optional_string(obj: dict[str, Any], key: str, where: str) -> None:
     if obj.get(key) is not None and not isinstance(obj[key], str):
         raise SchemaError(_at(where, key), f"expected a string or null, got "
-                          f"{_json_type(obj[key])}")
+                          f"{json_type(obj[key])}")
 
 
 def _probe_field(obj: dict[str, Any], where: str) -> None:
@@ -367,7 +367,7 @@ def _expect(obj: dict[str, Any], key: str, kind: type, where: str, what: str) ->
         raise SchemaError(field, f"missing (expected {what})")
     value = obj[key]
     if not isinstance(value, kind):
-        raise SchemaError(field, f"expected {what}, got {_json_type(value)}")
+        raise SchemaError(field, f"expected {what}, got {json_type(value)}")
     return value
 
 
@@ -434,7 +434,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """What a JSON value is, without what it holds (a refusal's most of a file's content)."""
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ...units import format_size_exact
+from ...units import size_cell
 from ..statistics.paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
 from ..statistics.stats import median
 
@@ -35,7 +35,7 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
         v = o.verdict
         rows.append([
             o.name,
-            "-" if o.nbytes is None else format_size_exact(o.nbytes),
+            size_cell(o.nbytes),
             f"{median(o.baseline_round_s) * 1e6:,.2f}",
             f"{median(o.candidate_round_s) * 1e6:,.2f}",
             f"{v.ratio:.3f} [{_bound(v.ratio_low)}, {_bound(v.ratio_high)}]",

@@ -1,23 +1,23 @@
 """The digest that ends a session's output: one line per family, its headline figures at its
-largest world size and message size (the full tables stay above it), each line fitted to a
-terminal."""
+largest world size and at the message size people read it at (a latency's smallest, a
+bandwidth's largest; the full tables stay above it), each line fitted to a terminal."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from ... import units
+from ... import registry, units
 from ..document.record import Record
-from . import table
+from . import names, table
 from .fit import wrap
-from .plot_spec import measurement_name
 from .registered import headline
 
 
 def family_lines(records: Iterable[Record]) -> list[str]:
     """`all_reduce  ws8    64 MiB  p50 ...` for every family, in table order: the rows at the
-    family's largest world size and then its largest size."""
+    family's largest world size and then its smallest size for a latency (registry.latencies),
+    its largest for any other."""
     by_family: dict[str, list[dict[str, Any]]] = {}
     for (family, *_), rows in table.grouped(records):  # valid records only, in table order
         by_family.setdefault(family, []).extend(rows)
@@ -27,9 +27,10 @@ def family_lines(records: Iterable[Record]) -> list[str]:
         world = max(r["world_size"] for r in rows)
         at_world = [r for r in rows if r["world_size"] == world]
         sizes = [r["nbytes"] for r in at_world if r["nbytes"] is not None]
-        largest = max(sizes) if sizes else None
-        point = [r for r in at_world if r["nbytes"] == largest]
-        size = "-" if largest is None else units.format_size_exact(largest)
+        pick = min if registry.is_latency(family) else max
+        chosen = pick(sizes) if sizes else None
+        point = [r for r in at_world if r["nbytes"] == chosen]
+        size = units.size_cell(chosen)
         if table.headline(family) is None:  # its table has no headline column (store_routes)
             figures = "no headline figure: see its table"
         else:
@@ -44,27 +45,13 @@ def family_lines(records: Iterable[Record]) -> list[str]:
 
 
 def _figures(point: list[dict[str, Any]]) -> str:
-    """The point's figures, each row's labelled by what tells it from the others (its test,
-    parameters or measurement name); rows with the same figures (agent/observer's two
-    metrics) once; two rows at most, then how many more."""
-    tokens = [_words(r) for r in point]
-    common = set.intersection(*map(set, tokens)) if tokens else set()
+    """The point's figures, each row's named by what tells it from the others (its test,
+    parameters or measurement name, as a table names it); rows with the same figures
+    (agent/observer's two metrics) once; two rows at most, then how many more."""
     texts = [" ".join(headline([r]).split()) for r in point]
     if len(set(texts)) == 1:  # one figure for every row
         return texts[0] or "no headline figure"
-    shown = [f"{' '.join(w for w in words if w not in common)}: {text}"
-             for words, text in zip(tokens, texts, strict=True) if text]
+    labels = names.row_labels(point, key=lambda r: None) or [""] * len(point)
+    shown = [f"{label}: {text}" for label, text in zip(labels, texts, strict=True) if text]
     more = [f"... {len(shown) - 2} more"] if len(shown) > 2 else []
     return "; ".join(shown[:2] + more) or "no headline figure"
-
-
-def _words(record: Record) -> list[str]:
-    """What may tell a record from others of its point: its test function, its parameters'
-    values (not its size) and its measurement's name."""
-    test = str(record.get("name", "")).split("[", 1)[0].split("::", 1)[0]
-    measurement = measurement_name(record)
-    params = record.get("params") or {}
-    values = [f"{k}=" + ("-".join(map(str, v)) if isinstance(v, list) else str(v))
-              for k, v in params.items() if k != "nbytes"]
-    return [test, *values, *([measurement] if measurement else [])]
-

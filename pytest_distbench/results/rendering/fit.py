@@ -28,15 +28,25 @@ def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
+# Spaces a line never breaks at: between a figure and its unit (`168 %`, `1,003 us`, `64 MiB`,
+# `87.2 MB/s`), around a ± and after a ~ (`752 us ± 168 %` stays one piece).
+_UNIT = r"(?:%|[KMGTP]?i?B(?:/s)?|[KMGT]?B/s|[mun]?s|msgs/s|x)"
+_KEPT = re.compile(rf"(?<=\d) (?={_UNIT}(?![\w/]))|(?<=[±~]) (?=\S)|(?<=\S) (?=±)")
+_GLUE = "\x00"  # stands for a kept space while textwrap splits the line
+
+
 def wrap(line: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
-    """One line as lines of at most `width` (a word longer than that stays whole), the ones
-    after the first indented by `indent`; a note (`# ...`) continues as a note."""
+    """One line as lines of at most `width` (a word longer than that stays whole, a figure
+    stays with its unit), the ones after the first indented by `indent`; a note (`# ...`)
+    continues as a note."""
     if len(line) <= width:
         return [line]
     if line.startswith("# "):
         indent = "#  " + indent
-    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [line]
+    glued = _KEPT.sub(_GLUE, line)
+    return [part.replace(_GLUE, " ") for part in textwrap.wrap(
+        glued, width, subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False)] or [line]
 
 
 def wrap_text(text: str, width: int = WIDTH) -> str:
@@ -58,17 +68,18 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
     it can: column by column, the one that gives the most, its header wraps at word
     boundaries (as nccl-tests prints two header lines); then cells wrap too: a text column's
     (not aligned right) at word boundaries, a number column's only before a parenthesis
-    (`1,583` over `(no CI: n too small)`). A number never wraps and no word is cut: a table
-    that cannot fit stays wider."""
+    (`1,583` over `(no CI: n too small)`); last, a test id (`name[params]`) after its `[`,
+    `-`, `,` or `/`. A number never wraps and no word is cut: a table that cannot fit
+    stays wider."""
     columns = [[str(row[i]) if i < len(row) else "" for row in rows] for i in range(len(headers))]
     heads = [str(h) for h in headers]
-    for wrap_cells in (False, True):
+    for wrap_cells in (None, _WORD, _ID):
         while sum(map(_column_width, heads, columns)) + 2 * (len(heads) - 1) > width:
             best = None
             for i, (header, cells) in enumerate(zip(heads, columns, strict=True)):
-                breaks = None
-                if wrap_cells:
-                    breaks = _NOTE if colalign is not None and colalign[i] == "right" else _WORD
+                breaks = wrap_cells
+                if wrap_cells is not None and colalign is not None and colalign[i] == "right":
+                    breaks = _NOTE
                 narrower = _narrowed(header, cells, breaks)
                 if narrower is not None:
                     gain = _column_width(header, cells) - _column_width(*narrower)
@@ -106,6 +117,7 @@ def _column_width(header: str, cells: Sequence[str]) -> int:
 
 _WORD = re.compile(r" +")  # a text cell breaks at any space
 _NOTE = re.compile(r" +(?=\()")  # a number cell only before its parenthesis
+_ID = re.compile(r"(?<=[\[\-,/])(?=[^\s\]])")  # an id, after its separators, keeping them
 
 
 def _narrowed(header: str, cells: Sequence[str], breaks: re.Pattern[str] | None
@@ -128,13 +140,31 @@ def _wrapped(text: str, width: int, breaks: re.Pattern[str] = _WORD) -> str | No
     a piece between two breaks is longer than that."""
     if widest(text) <= width:
         return text
-    pieces = [p for line in text.splitlines() for p in breaks.split(line.strip()) if p]
+    if breaks is _ID:  # breaks that keep their separator join without a space
+        if "[" not in text:  # only a test id's words (`name[params]`) are cut
+            return None
+        glue, pieces = "", [p for line in text.splitlines() for p in _pieces(line)]
+    else:
+        glue = " "
+        pieces = [p for line in text.splitlines() for p in breaks.split(line.strip()) if p]
     if width < 1 or any(len(p) > width for p in pieces):
         return None
     lines = [pieces[0]]
     for piece in pieces[1:]:
-        if len(lines[-1]) + 1 + len(piece) <= width:
-            lines[-1] += " " + piece
+        if len(lines[-1]) + len(glue) + len(piece) <= width:
+            lines[-1] += glue + piece
         else:
             lines.append(piece)
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _pieces(line: str) -> list[str]:
+    """A line's words, each word cut after its id separators (`test_x[`, `gloo-`, `ws2-`)."""
+    words = line.strip().split(" ")
+    out = []
+    for k, word in enumerate(words):
+        parts = [p for p in _ID.split(word) if p]
+        if k < len(words) - 1:
+            parts[-1] += " "
+        out.extend(parts)
+    return out

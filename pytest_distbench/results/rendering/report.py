@@ -14,7 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ...units import size_cell
 from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
+from . import fit
 from .fit import printable
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -94,7 +96,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
             [
                 v.name,
                 v.family,
-                _size(v.nbytes),
+                size_cell(v.nbytes),
                 _raw_us(v.baseline_value),
                 _raw_us(v.current_value),
                 _raw_pct(v.metric_change),
@@ -117,7 +119,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
         [
             _text(v.name, markdown),
             _text(v.family, markdown),
-            _size(v.nbytes),
+            size_cell(v.nbytes),
             _us(v.baseline_value),
             _us(v.current_value),
             _pct(v.metric_change),
@@ -133,7 +135,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
         lines += _markdown_warnings([("", comparison.fingerprint_differences)])
         lines += [table, "", _markdown_summary(comparison), "", f"_{rule_line(comparison)}_"]
     else:
-        lines += [table, "", summary_line(comparison), rule_line(comparison)]
+        lines += [table, "", *_fitted(summary_line(comparison)), *_fitted(rule_line(comparison))]
     return "\n".join(lines) + "\n"
 
 
@@ -234,10 +236,11 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
     rows = []
     for benchmark_id, first in ids.items():
         if raw:
-            row = [first.name, first.family, _size(first.nbytes)]
+            row = [first.name, first.family, size_cell(first.nbytes)]
             row.append(_raw_us(baseline_value(benchmark_id)))
         else:
-            row = [_text(first.name, markdown), _text(first.family, markdown), _size(first.nbytes)]
+            row = [_text(first.name, markdown), _text(first.family, markdown),
+                   size_cell(first.nbytes)]
             row.append(_us(baseline_value(benchmark_id)))
         for comparison in series:
             v = comparison.get(benchmark_id)
@@ -262,8 +265,8 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
         lines += ["", f"_{rule_line(series[0])}_"]
     else:
         lines = [table, ""]
-        lines += [f"{c.current_label}: {summary_line(c)}" for c in series]
-        lines.append(rule_line(series[0]))
+        lines += [part for c in series for part in _fitted(f"{c.current_label}: {summary_line(c)}")]
+        lines += _fitted(rule_line(series[0]))
     return "\n".join(lines) + "\n"
 
 
@@ -286,7 +289,12 @@ def _kind(comparison: Comparison, benchmark_id: str) -> str | None:
 
 
 def _tabulate(rows: list[list[str]], headers: list[str], align: list[str], markdown: bool) -> str:
-    from tabulate import tabulate  # lazy: only the human formats need it
+    if not markdown:  # a terminal's: fitted to 120 columns as the result tables are
+        if all(row[1] in row[0] for row in rows):  # every name says its family (test_<family>)
+            rows, headers, align = ([row[:1] + row[2:] for row in rows],
+                                    headers[:1] + headers[2:], align[:1] + align[2:])
+        return fit.table(rows, headers, colalign=align)
+    from tabulate import tabulate  # lazy: only the markdown format needs it
 
     return tabulate(
         rows,
@@ -295,6 +303,11 @@ def _tabulate(rows: list[list[str]], headers: list[str], align: list[str], markd
         disable_numparse=True,  # cells are pre-formatted; keep "+3.0%" and "-" as written
         colalign=align,
     )
+
+
+def _fitted(line: str) -> list[str]:
+    """A line of the terminal format, wrapped to the tables' 120 columns."""
+    return fit.wrap(line)
 
 
 def _markdown_warnings(differences: list[tuple[str, Sequence[str]]]) -> list[str]:
@@ -340,19 +353,6 @@ def _text(value: Any, markdown: bool) -> str:
     if markdown:
         text = text.replace("\\", "\\\\").replace("|", "\\|")
     return text
-
-
-def _size(nbytes: int | None) -> str:
-    if nbytes is None:
-        return "-"
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    value = float(nbytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        value /= 1024
-        if value < 1024 or unit == "EiB":
-            break
-    return f"{value:.4g} {unit}"
 
 
 def _us(seconds: float | None) -> str:

@@ -8,10 +8,11 @@ from typing import Any
 from tabulate import tabulate
 
 from ... import registry, units
+from ...units import size_cell
 from .. import peaks
 from ..document.record import Record
-from . import ci, fit
-from .plot_spec import bandwidth_cell, measurement_name
+from . import ci, fit, names
+from .plot_spec import bandwidth_cell
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
 
@@ -183,12 +184,12 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
         s = r["summary"]
         incomplete = ci.incomplete_text(r)
         if incomplete:  # its samples are only the bound: no figure to show
-            table.append([_size(r["nbytes"]), r["count"] if r["count"] is not None else "-",
+            table.append([size_cell(r["nbytes"]), r["count"] if r["count"] is not None else "-",
                           r["dtype"] or "-", incomplete] + ["-"] * 7)
             continue
         table.append(
             [
-                _size(r["nbytes"]),
+                size_cell(r["nbytes"]),
                 r["count"] if r["count"] is not None else "-",
                 r["dtype"] or "-",
                 ci.with_pct(units.format_duration_us(s["p50"]), ci.p50_pct(r), r),
@@ -210,11 +211,9 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
         headers.insert(at, PEAK_HEADER)
         for line, r in zip(table, rows, strict=True):
             line.insert(at, peaks.pct_cell(r))
-    labels = row_labels(rows)
-    if labels:  # rows a size, count and type do not tell apart say whose they are
-        headers.insert(0, "name")
-        for line, label in zip(table, labels, strict=True):
-            line.insert(0, label)
+    # Rows a size, count and type do not tell apart say whose they are.
+    table, headers, align = names.name_column(rows, table, headers, _nccl_key,
+                                              ("right",) * len(headers))
     if memory or _pressured(rows):  # memory is worth a column when asked or pressured
         headers.append(RSS_HEADER)
         for line, r in zip(table, rows, strict=True):
@@ -223,7 +222,7 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
         headers.extend(GPU_HEADERS)
         for line, r in zip(table, rows, strict=True):
             line.extend(_mib_cell(r, key) for key in GPU_FIELDS)
-    align = ("left",) * bool(labels) + ("right",) * (len(headers) - bool(labels))
+    align = (*align, *("right",) * (len(headers) - len(align)))
     if tablefmt == "simple":  # a terminal's: headers wrap to fit (markdown renders its own)
         text = fit.table(table, headers, colalign=align)
     else:
@@ -242,30 +241,16 @@ def render_group(rows: list[Record], tablefmt: str = "simple", *,
     return text
 
 
+def _nccl_key(record: Record) -> tuple[Any, ...]:
+    """What the nccl-tests style table shows of a row besides its figures."""
+    return record["nbytes"], record["count"], record["dtype"]
+
+
 def no_data_notes(rows: list[Record]) -> list[str]:
     """What an algbw and busbw of `-` mean where a row's call moved no data."""
     reasons = sorted({str(r["moves_no_data"]) for r in rows if r.get("moves_no_data")})
     return [f"algbw/busbw - = no data moved ({reason}): a rate of nothing is no figure"
             for reason in reasons]
-
-
-def row_labels(rows: list[Record]) -> list[str] | None:
-    """Each row's test, measurement name and the test's own parameters that differ between
-    the rows (`test_rings::ring_all_reduce`, `test_step lr=0.1`), where two rows share a size,
-    count and type (a user's ring all-reduce beside the built-in one); None where none do."""
-    keys = [(r["nbytes"], r["count"], r["dtype"]) for r in rows]
-    if len(set(keys)) == len(keys):
-        return None
-    params = [r.get("params") or {} for r in rows]
-    varying = sorted({k for p in params for k in p if k != "nbytes"
-                      and len({repr(q.get(k)) for q in params}) > 1})
-    labels = []
-    for r, p in zip(rows, params, strict=True):
-        test = str(r["name"]).split("[", 1)[0].split("::", 1)[0]
-        measured = measurement_name(r)
-        labels.append(" ".join([test + (f"::{measured}" if measured else "")]
-                               + [f"{k}={p.get(k)}" for k in varying]))
-    return labels
 
 
 P50_HEADER = "p50 (us) ± 95% CI"
@@ -287,19 +272,14 @@ def merged_size_notes(rows: list[Record]) -> list[str]:
         if r["nbytes"] is None or requested in ([], [r["nbytes"]]):
             continue
         if len(requested) > 1:
-            sizes = ", ".join(_size(n) for n in requested)
-            notes.append(f"requested sizes {sizes} all move {_size(r['nbytes'])} at "
+            sizes = ", ".join(size_cell(n) for n in requested)
+            notes.append(f"requested sizes {sizes} all move {size_cell(r['nbytes'])} at "
                          f"{r['world_size']} ranks: measured once, shown once")
         else:
-            notes.append(f"requested size {_size(requested[0])} moves {_size(r['nbytes'])} at "
-                         f"{r['world_size']} ranks: the row shows what was measured")
+            notes.append(f"requested size {size_cell(requested[0])} moves "
+                         f"{size_cell(r['nbytes'])} at {r['world_size']} ranks: the row shows "
+                         "what was measured")
     return notes + [SIZE_DEFINITION] * bool(notes)
-
-
-def _size(nbytes: int | None) -> str:
-    if nbytes is None:
-        return "-"
-    return units.format_size_exact(nbytes)
 
 
 LEGEND = (
