@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -232,6 +233,14 @@ def judge(runs: list[dict], value: float, kind: str) -> Judged:
     return judged
 
 
+def needed(values: list[float]) -> float:
+    """The half-width (percent) the point needed: the 90th percentile of |run / median of its
+    runs - 1| over its runs in the session (issue 38's measure of "as narrow as it allows")."""
+    centre = statistics.median(values)
+    gaps = sorted(abs(v / centre - 1) * 100 for v in values)
+    return gaps[min(len(gaps) - 1, math.ceil(0.9 * len(gaps)) - 1)]
+
+
 def print_families(by_family: dict[str, Judged], heading: str) -> None:
     """Per family and overall: covered/total, percent and the median half-width of the
     printed interval, and of the runs' own sampling interval beside it."""
@@ -284,9 +293,12 @@ def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_
         met = sum(1 for r in targeted if (r.get("precision") or {}).get("met"))
         drift = headline(longs[:1], kind) / headline(longs[1:], kind)
         shown, unit = (value, "msg/s") if kind == "mean" else (value * 1e6, "us")
+        need = needed([figure(r, kind) for r in targeted])
+        printed = statistics.median(judged.printed.widths) if judged.printed.widths else None
+        ratio = f"{printed / need:6.2f}" if printed is not None and need > 0 else "     -"
         print(f"{f'{label} ws{world_size}':26} {shown:9.4g} {unit:5} "
               f"{judged.printed.text():>26} {judged.sampling.text():>26} "
-              f"{met:>2}/{len(targeted):<2} {drift:8.3f}")
+              f"{met:>2}/{len(targeted):<2} {drift:8.3f} {need:7.1f} % {ratio}")
     return records, by_family
 
 
@@ -305,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="targeted runs per point at world size 8 (default: --repeats)")
     args = parser.parse_args(argv)
     print(f"{'point':26} {'long-run':>15} {'printed: covered, ±':>26} "
-          f"{'sampling: covered, ±':>26} {'met':>5} {'long 0/1':>8}")
+          f"{'sampling: covered, ±':>26} {'met':>5} {'long 0/1':>8} {'needed ±':>9} "
+          f"{'ratio':>6}")
     sessions = [(POINTS, args.world_size, args.repeats)]
     if args.world_size_8:
         sessions.append((POINTS_WS8, 8, args.ws8_repeats or args.repeats))

@@ -22,11 +22,13 @@ def pytest_distbench_environment(config: pytest.Config) -> dict[str, Any] | None
 
 @pytest.hookspec
 def pytest_distbench_record(config: pytest.Config, record: dict[str, Any]) -> None:
-    """One benchmark record as the session keeps it (the fields of docs/results-schema.md's
-    ``distbench`` object; read it, do not change it).
+    """One benchmark record as the results file holds it (the fields of
+    docs/results-schema.md's ``distbench`` object), its printed interval final.
 
-    Called where the test is judged, once per record, as the session keeps it (before the
-    baseline gate: a record whose test then fails is written, and seen, too): in the pytest
-    process that started the ranks (an xdist worker under xdist), or in rank 0's under a
-    launcher (torchrun started every rank's pytest); never inside a rank's test body.
+    Called once per record at the end of the test loop, after the session's last revisit
+    wrote every interval: in the pytest process that started the ranks (an xdist worker under
+    xdist), or in rank 0's under a launcher (torchrun started every rank's pytest); never
+    inside a rank's test body. The hook gets a copy: what it changes reaches neither the
+    results file nor the baseline. A hook that raises fails the session once, in one line
+    naming its plugin, and is not called again (docs/failure-model.md).
     """

@@ -112,18 +112,43 @@ def report_figures(item: pytest.Function, records: list[dict[str, Any]],
         item.stash[HEADLINE_KEY] = text
 
 
-def after_test(item: pytest.Function, records: list[dict[str, Any]], resolved: Any) -> None:
-    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression."""
+def after_test(item: pytest.Function, records: list[dict[str, Any]], resolved: Any,
+               view: Any) -> None:
+    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression, each
+    judged on `view(records)`: the records with the interval the session knows so far
+    (Session.view)."""
     from .collection import requested_sizes
 
     requested = requested_sizes(item)
     if requested:
         for record in records:
             record["requested_nbytes"] = requested
-    verdicts, failures = gating.judge(item, records, resolved.threshold)
-    report_figures(item, records, verdicts)
+    shown = view(records)
+    verdicts, failures = gating.judge(item, shown, resolved.threshold)
+    report_figures(item, shown, verdicts)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
+
+
+def show_records(config: pytest.Config, distbench: Session,
+                 records: list[dict[str, Any]]) -> None:
+    """Each sealed record to every pytest_distbench_record hook (hookspecs.py), as a copy.
+    A hook that raises fails the session once, in one line naming its plugin, and is called
+    no more."""
+    import copy
+
+    name = "pytest_distbench_record"
+    impls = list(getattr(config.hook, name).get_hookimpls())
+    for record in records:
+        for impl in list(impls):
+            try:
+                impl.function(**{arg: {"config": config, "record": copy.deepcopy(record)}[arg]
+                                 for arg in impl.argnames})
+            except Exception as exc:  # noqa: BLE001 - any error of a user's hook is reported
+                impls.remove(impl)
+                _failed(distbench, f"{name} of plugin {impl.plugin_name!r} raised "
+                                   f"{type(exc).__name__}: {exc} (record {record['id']}); it is "
+                                   "not called again this session")
 
 
 def headline_of(item: pytest.Item) -> str | None:

@@ -240,24 +240,22 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     records = session.run_item(pyfuncitem, resolved, key,
                                fresh_world_after=collection.uses_rpc(pyfuncitem))
     if records:  # launcher mode: rank 0 has gated its records already, the others keep none
-        outputs.after_test(pyfuncitem, records, resolved)
+        outputs.after_test(pyfuncitem, records, resolved, session.view)
     return True
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
-    yield
+    outcome = yield
     distbench = session.config.stash.get(SESSION_KEY, None)
     if distbench is None:
         return
-    from .harness.controller.revisits import without_revisits
-
     if distbench.revisits is not None:
-        # A session stopped early (-x, --maxfail) runs no more: no closing revisits.
-        distbench.revisits.finish(distbench,
-                                  more=not (session.shouldfail or session.shouldstop))
-    elif distbench.external:
-        without_revisits(distbench.records)
+        # A session interrupted (Ctrl-C, SIGTERM) or stopped early (-x, --maxfail) runs no
+        # more: no closing revisits.
+        stopped = outcome.excinfo is not None or session.shouldfail or session.shouldstop
+        distbench.revisits.finish(distbench, more=not stopped)
+    outputs.show_records(session.config, distbench, distbench.seal())
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -24,6 +24,8 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .results.document.record import Record
+
 if TYPE_CHECKING:
     from .results.rendering.plot_spec import PlotSpec
 
@@ -35,7 +37,6 @@ ENTRY_POINT_GROUP = "pytest_distbench.families"
 RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
 RECORD_FAMILY_LISTS = ("latencies",)
 
-Record = dict[str, Any]
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
 FigureDeriver = Callable[[Record], dict[str, Any]]  # a finished record -> figures to add
 
@@ -94,6 +95,9 @@ class Family:
     # Record families it measures that no table, figure or headline above names (those of
     # the default nccl-tests style): the session pools their run-to-run noise as one family's.
     records: tuple[str, ...] = ()
+    # Record families whose tables print no ± (a summary of other figures): the session
+    # spends no revisits on their points (harness/controller/revisits.py).
+    no_interval: tuple[str, ...] = ()
     # Record families whose headline is a latency: the digest shows them at their smallest
     # message size (the figure people read a latency at), every other at its largest.
     latencies: tuple[str, ...] = ()
@@ -251,6 +255,11 @@ def family_of(record_family: str) -> str | None:
                 for kind in ("tables", "figures", "headlines", "details")):
             return family.name
     return None
+
+
+def prints_interval(record_family: str) -> bool:
+    """Whether a table prints this record family's ± (no family lists it in `no_interval`)."""
+    return not any(record_family in family.no_interval for family in families())
 
 
 def completed_figures(record: Record) -> dict[str, Any]:

@@ -345,8 +345,9 @@ def size_cell(nbytes: int | None) -> str:
     return "-" if nbytes is None else format_size_exact(nbytes)
 
 
-def parse_count(minimum: int) -> Callable[[str], int]:
-    """A parser of integers >= minimum, for settings that are counts."""
+def parse_count(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """A parser of integers >= minimum (and <= maximum, if given), for settings that are
+    counts."""
 
     def parse(text: str) -> int:
         try:
@@ -355,6 +356,8 @@ def parse_count(minimum: int) -> Callable[[str], int]:
             raise ValueError(f"invalid count {text!r}: expected an integer") from None
         if value < minimum:
             raise ValueError(f"invalid count {text!r}: must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"invalid count {text!r}: must be <= {maximum}")
         return value
 
     return parse

@@ -37,7 +37,7 @@ LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
 # Every pytest this suite starts (pytester sessions, documented commands, torchrun and xdist
 # ranks) skips hypothesis's plugin: none of them uses it, and importing it is a third of a
 # small session's start-up (docs/architecture.md, "The test suite's time"). And it runs no
-# revisits (each group's points run 4 more times to measure the run-to-run noise): a test about
+# revisits (each stratum's points run 5 more times to measure the run-to-run noise): a test about
 # the interval, the noise or the ± asks for them on its command line, which wins.
 CHILD_SESSION_OPTIONS = "-p no:hypothesispytest --distbench-revisits=0"
 
@@ -128,7 +128,7 @@ def leak_tag(monkeypatch: pytest.MonkeyPatch):
 
 # What a session runs with where the test is about the interval, the noise or the ±: the
 # product's own default number of revisits (settings.py), which CHILD_SESSION_OPTIONS turns off.
-WITH_REVISITS = "--distbench-revisits=4"
+WITH_REVISITS = "--distbench-revisits=5"
 
 
 @pytest.fixture

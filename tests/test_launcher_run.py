@@ -55,11 +55,13 @@ def _check_run(output: str, path, launcher: str, ranks: int) -> None:
     assert environment["launcher"]["name"] == launcher
     assert environment["launcher"]["ranks_per_host"] == {socket.gethostname(): ranks}
     assert environment["world_sizes"] == [ranks]
-    # A launched session cannot run a point again, so it prints no ± rather than the run's
-    # sampling interval (which is kept in the record).
-    assert record["p50_ci"]["low"] is None and record["sampling_ci"]["low"] is not None
-    assert "no ± is printed: run-to-run noise not measured under a launcher" in output
-    assert "(no ±)" in output
+    # A launched session cannot run a point again: its ± is the run's own sampling interval,
+    # and it says so.
+    ci = record["p50_ci"]
+    assert (ci["low"], ci["high"]) == (record["sampling_ci"]["low"], record["sampling_ci"]["high"])
+    assert ci["noise_missing"] == "launcher" and ci["basis"] == "session"
+    assert ("each ± is the run's own sampling interval: run-to-run noise not measured under a "
+            "launcher") in output
 
 
 @pytest.mark.parametrize("nproc", [2, pytest.param(4, marks=pytest.mark.slow)])

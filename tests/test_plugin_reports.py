@@ -36,12 +36,14 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     result.assert_outcomes(passed=3, deselected=1)
     out = result.stdout.str()
     number = r"[0-9][0-9,]*(\.[0-9]+)?"
-    # The -v line comes before the session measured its run-to-run noise: the ± (which
-    # carries it) is in the tables at the end, with the figures.
-    pct = r"\(± at the end\)"
+    # The -v line comes before the session measured its run-to-run noise: it shows the ± known
+    # so far (here the run's own) and says the tables at the end have the session's.
+    pct = rf"± {number} %"
+    so_far = r" \(± so far; the tables have the session's\)"
     assert re.search(rf"test_all_gather\[gloo-ws2-4B\] PASSED p50 {number} us {pct}, busbw "
-                     rf"{number} [GMK]B/s {pct}", out), out
-    assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us {pct}", out), out
+                     rf"{number} [GMK]B/s {pct}.*{so_far}", out), out
+    assert re.search(rf"test_barrier\[gloo-ws2\] PASSED p50 {number} us {pct}{so_far}",
+                     out), out
     assert re.search(rf"barrier +ws2 +- +p50 {number} us ± [0-9.]+ %", out), out
     assert "test_all_gather[gloo-ws2-8B]" not in out
     assert "requested sizes 4 B, 8 B all move 8 B at 2 ranks: measured once, shown once" in out
@@ -55,8 +57,12 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
     assert gather["requested_nbytes"] == "4,8" and gather["iterations"] == "8"
     for name in ("p50_us", "p95_us", "algbw_gbps", "busbw_gbps"):
         assert float(gather[name]) > 0, name
-    # Written as the test ends, before the session measured its run-to-run noise.
-    assert gather["p50_ci"].startswith("no ± yet: run-to-run noise not measured yet")
+    # Written as the test ends, before the session measured its run-to-run noise: the run's
+    # own interval, and what it is.
+    assert 0 < float(gather["p50_ci_low_us"]) <= float(gather["p50_us"]) <= float(
+        gather["p50_ci_high_us"])
+    assert gather["p50_ci_basis"] == ("so far (the run's own: no point like it ran twice "
+                                      "yet); the tables at the end have the session's")
     assert float(gather["busbw_gbps"]) == pytest.approx(float(gather["algbw_gbps"]) / 2,
                                                        rel=1e-3)  # (n-1)/n at 2 ranks
     barrier = props["test_barrier[gloo-ws2]"]

@@ -104,7 +104,8 @@ def test_a_steady_point_stops_early_and_a_noisy_one_is_marked(pytester, distbenc
     # interval of the median stays about 14 % wide.
     assert noisy["precision"] == {**noisy["precision"], "stopped_by": "budget", "met": False}
     result.stdout.fnmatch_lines(["*± *%[*]*", "# [*] = short of the --distbench-precision "
-                                 "target: the budget ran out, or the run-to-run noise is wider"])
+                                 "target by the point's own spread: its run ran out of budget, "
+                                 "or its runs in"])
 
 
 def test_precision_off_spends_the_budget(pytester, distbench_run):

@@ -14,6 +14,7 @@ from pytest_distbench.results.comparison.verdict import (
     Comparison,
     compare_documents,
     fingerprint_differences,
+    judge_records,
     speed_difference,
 )
 from pytest_distbench.results.document import make_document
@@ -230,6 +231,7 @@ def test_compare_documents_reports_every_id():
         "regression": 0,
         "improvement": 0,
         "slower": 1,
+        "inconclusive": 0,
         "faster": 0,
         "unchanged": 1,
         "new": 1,
@@ -350,7 +352,7 @@ def test_a_change_within_overlapping_intervals_is_not_a_regression():
     # The same samples, but intervals that say the p50s are not known apart: unchanged.
     overlapping = judge_records(_record_with(base, (0.5, 1.6)),
                                 _record_with(slower, (1.4, 2.0)), 0.10)
-    assert overlapping.kind == "unchanged"
+    assert overlapping.kind == "inconclusive"
 
 
 @_settings
@@ -366,7 +368,7 @@ def test_a_comparison_with_one_stored_run_never_reads_regression(samples, factor
     current = document(record("x", [s * factor for s in samples]))
     comparison = compare_documents(baseline, current, threshold=threshold)
     (v,) = comparison.verdicts
-    assert v.kind in ("slower", "faster", "unchanged") and not v.gateable
+    assert v.kind in ("slower", "faster", "inconclusive", "unchanged") and not v.gateable
     assert not v.fails_session
     assert comparison.counts()["regression"] == comparison.counts()["improvement"] == 0
     data = json.loads(render(comparison, "json"))
@@ -376,3 +378,15 @@ def test_a_comparison_with_one_stored_run_never_reads_regression(samples, factor
         rows = [line for line in render(comparison, fmt).splitlines()
                 if line.lstrip("| ").startswith(("x ", "x,"))]
         assert len(rows) == 1 and "regression" not in rows[0] and "improvement" not in rows[0]
+
+
+def test_far_apart_but_not_shown_to_differ_is_inconclusive_never_unchanged():
+    # Two runs 2x apart whose wide intervals overlap (issue 38, item 9).
+    base = record("wide", BASE)
+    cur = record("wide", [x * 2 for x in BASE])
+    for r, (low, high) in ((base, (10e-6, 500e-6)), (cur, (20e-6, 900e-6))):
+        r["p50_ci"] = {"level": 0.95, "low": low, "high": high, "half_width_pct": 200.0}
+    verdict = judge_records(base, cur, 0.1)
+    assert verdict.kind == "inconclusive"
+    same = judge_records(base, record("wide", BASE), 0.1)
+    assert same.kind == "unchanged"

@@ -87,6 +87,11 @@ class MeasureSettings:
     # A budget-bound run stops once its p50's 95 % interval is this narrow (half-width over
     # p50) in every rank; None: it spends its budget.
     precision: float | None = None
+    # Derived by the controller (controller/revisits.py): the sampling half-width the run stops
+    # at where the session's noise already dominates `precision` (None: `precision` itself),
+    # and whether that stop is the noise's (the record's precision.stopped_by then says so).
+    sampling_target: float | None = None
+    noise_stop: bool = False
     # Derived by the controller (options.report_every_s, outcome.py), not settings of the name.
     report_every_s: float | None = None  # live Progress reports from rank 0, None for none
     pressure: PressureSettings | None = None  # None: no pressure at all
@@ -144,6 +149,17 @@ class Progress:
     final: bool = False  # the last report of this measurement (the timed region ended)
 
 
+@dataclass(frozen=True)
+class PrecisionStop:
+    """How a precision-targeted run stopped: the sampling target it ran to (a fraction of the
+    headline), the statistic that target applies to ("p50" or "mean") and what stopped it
+    ("precision": the target was reached; "budget": the budget ran out first)."""
+
+    target: float
+    statistic: str
+    stopped_by: str
+
+
 @dataclass
 class Measurement:
     """One `distbench.measure` call as seen by one rank."""
@@ -180,6 +196,8 @@ class Measurement:
     # What the test measured did not finish within its bound (a result, not a failure):
     # {"bound_s", "reason"}; the samples are then only that bound.
     incomplete: dict[str, Any] | None = None
+    # A precision-targeted run's stop (None: the run had no target).
+    stop: PrecisionStop | None = None
     # Why the measured call moves no data (one rank, in place): no bandwidth is computed.
     moves_no_data: str | None = None
 

@@ -7,12 +7,11 @@ from typing import Any
 
 from ... import units
 from ...registry import Family
+from ...results.document.record import Record
 from ...results.rendering import ci, fit
 from ...results.rendering.fit import printable
 from .breakdown import BUCKET_BASE
 from .options import SETTINGS, SUITES
-
-Record = dict[str, Any]
 
 STEP_HEADERS = ["trace", "ranks used", "steps", "calls", "bytes/rank", "p50 (ms) ± 95% CI",
                 "original (ms)", "ratio", "algbw (GB/s)", "#wrong"]

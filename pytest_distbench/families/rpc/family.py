@@ -39,6 +39,7 @@ FAMILY = Family(
     tables={"rpc_latency": render_latency, "rpc_throughput": render_throughput,
             "rpc_transports": render_transports, "agent_observer": render_agent_observer},
     details={"agent_observer": seed_blocks},
+    no_interval=("agent_observer",),
     latencies=("rpc_latency", "rpc_transports"),
     headlines={
         "rpc_latency": "round trip: p50 of the slowest rank per iteration ± 95 % CI",

@@ -30,6 +30,7 @@ FAMILY = Family(
     settings=SETTINGS,
     tables={"store_init": render_init, "store_barrier": render_barrier, "store_ops": render_ops,
             "store_routes": render_routes},
+    no_interval=("store_init", "store_routes"),
     headlines={
         "store_init": "init: one timed constructor per test (no CI from one sample)",
         "store_barrier": "barrier: p50 of the rounds ± 95 % CI",

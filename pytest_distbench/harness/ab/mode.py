@@ -21,7 +21,8 @@ import pytest
 from ...results.document.record import ABField, Record
 from ...results.statistics import paired, stats
 from ...settings import Settings
-from ..controller.outcome import keep_records, prepare, summarize_record
+from ..controller.outcome import prepare
+from ..controller.records import summarize_record
 from ..local.session import LocalSession
 from ..local.world import PRELOAD
 from ..wire import WorldKey
@@ -129,7 +130,7 @@ class ABMode:
             record["ab"]["candidate_rounds"] = cand_rounds
             if verdict.kind == "regression":
                 failures.append(failure_message(outcome, self.description))
-        keep_records(item.config, session.records, merged)
+        session.records.extend(merged)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         return merged

@@ -1,19 +1,22 @@
 """Revisits: some points run once more later in the session, so that the session measures its
 own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
 
-Points are grouped by family, backend, world size and run length (a count, a duration or a
-budget): the noise of one group is pooled over the runs of its revisited points. Right after
-a point of a group, the latest point of that group measured at least REVISIT_GAP_S ago is
-run again, at most once per REVISIT_GAP_S and `per_group` times (--distbench-revisits, 4 by
-default); a group the session left short gets its revisits at the end of the test loop. A
-revisit is not a test: its records only feed the noise, and a revisit that fails is dropped.
-A precision-targeted point of a group whose noise is already known stops once more samples
-cannot narrow its printed interval much (noise.sampling_target).
+A record's stratum is its family, backend, world size, run length (a count, a duration or a
+budget) and time scale (noise.time_class): the noise of one stratum is pooled over the runs
+of its revisited points, less those whose runs are their own story (a flip, a stall:
+noise.own_spread_points). Right after a point, the latest point of its stratum measured at
+least REVISIT_GAP_S ago is run again, at most once per REVISIT_GAP_S and `per_group` times
+per stratum (--distbench-revisits, 5 by default); a stratum the session left short gets its
+revisits at the end of the test loop, cheapest first, unless the session was interrupted or
+stopped early. Points whose tables print no ± (registry.prints_interval) are never revisited.
+A revisit is not a test: its records only feed the noise and the point's headline (the run
+nearest the median of its runs), and a revisit that fails is dropped. A precision-targeted
+point stops once more samples cannot narrow its printed interval much
+(noise.sampling_target).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -24,110 +27,113 @@ import pytest
 
 from ... import registry
 from ...results.document.record import Record
-from ...results.document.session_intervals import NOT_MEASURED, apply_noise, headline
+from ...results.document.session_intervals import (
+    NOT_REVISITED,
+    REVISITS_OFF,
+    SESSION,
+    SO_FAR,
+    Evidence,
+    headline,
+    rounds_evidence,
+)
 from ...results.rendering.fit import wrap
 from ...results.statistics.noise import (
     RunNoise,
-    pooled_run_noise,
     sampling_target,
     stopped_by_noise,
+    stratum_noise,
+    time_class,
 )
-from .outcome import prepare
 
 REVISIT_GAP_S = 2.0
-PER_GROUP = 4
+PER_GROUP = 5
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
 MIN_DOF_TO_STOP = 2
-UNDER_LAUNCHER = "run-to-run noise not measured under a launcher"
+# What a record keeps of its first run when a later run becomes its headline: what was said
+# of the test itself, not of one run.
+OF_THE_TEST = ("live_reports", "requested_nbytes")
 
 
 @dataclass
 class Point:
-    """One test that ran, and the figures of its records' runs (record id -> figures)."""
+    """One test that ran, and its records' runs (record id -> the records of its runs, the
+    session's own first)."""
 
     item: pytest.Function
     settings: Any
     task: Any  # the wire.RunTest, made while the test's fixtures were still set up
     key: Any
     fresh_world_after: bool
-    group: str
+    stratum: str  # its first record's: where its revisits are counted
     finished_at: float
     seconds: float  # what its run took: a revisit costs about as much
-    runs: dict[str, list[float]] = field(default_factory=dict)
+    runs: dict[str, list[Record]] = field(default_factory=dict)
     revisits: int = 0
-
-
-@dataclass
-class Stop:
-    """The precision target a record was run with: the user's, and whether the run's own
-    stop was loosened because the noise dominates."""
-
-    target: float | None
-    by_noise: bool
 
 
 class Revisits:
     def __init__(self, per_group: int = PER_GROUP) -> None:
         self.per_group = per_group
-        self.points: dict[str, list[Point]] = {}
-        self._point_of: dict[str, Point] = {}  # record id -> the point that measured it
-        self._group_of_test: dict[tuple[str, str], str] = {}
-        self._stops: dict[str, Stop] = {}
-        self._pending_stop: Stop | None = None
+        self.points: dict[str, list[Point]] = {}  # stratum -> the points counted there
+        self._runs: dict[str, dict[str, list[Record]]] = {}  # stratum -> record id -> runs
+        self._stratum_of: dict[str, str] = {}  # record id -> its stratum
+        self._strata_of_test: dict[tuple[str, str], set[str]] = {}
+        self._noise: dict[str, RunNoise | None] = {}  # stratum -> its pooled noise (cache)
         self._last_revisit: dict[str, float] = {}
         self.runs = 0  # revisits run, and the seconds they took
         self.seconds = 0.0
 
     # -- before a test ------------------------------------------------------------------------
 
-    def settings_for(self, item: pytest.Function, settings: Any) -> Any:
-        """The settings to run `item` with: its own, with a looser sampling target where its
-        group's noise already dominates the user's precision target."""
+    def sampling_for(self, item: pytest.Function,
+                     settings: Any) -> tuple[float, bool] | None:
+        """The sampling target to run `item` with where the noise of its earlier points'
+        strata already dominates the user's precision target (the least noisy of them, so
+        the stop loosens least), and whether that stop is the noise's; None: the user's."""
         target = getattr(settings, "precision", None)
-        self._pending_stop = Stop(target, False)
-        group = self._group_of_test.get(_test_key(item))
-        noise = self.noise(group) if group else None
-        if target is None or noise is None or noise.dof < MIN_DOF_TO_STOP:
-            return settings
-        self._pending_stop = Stop(target, stopped_by_noise(target, noise))
-        return dataclasses.replace(settings, precision=sampling_target(target, noise))
+        noises = [noise for stratum in self._strata_of_test.get(_test_key(item), ())
+                  if (noise := self.noise(stratum)) is not None
+                  and noise.dof >= MIN_DOF_TO_STOP]
+        if target is None or not noises:
+            return None
+        noise = min(noises, key=lambda n: n.half_log())
+        return sampling_target(target, noise), stopped_by_noise(target, noise)
 
     # -- after a test -------------------------------------------------------------------------
 
-    def after_test(self, session: Any, item: pytest.Function, settings: Any, key: Any,
-                   records: Sequence[Record], fresh_world_after: bool, seconds: float) -> None:
-        """Note the point (`seconds`: what its run in the world took), give its records the
-        interval known so far (the gate and the -v line read it), and revisit an earlier point
-        of its group when one is due."""
-        stop = self._pending_stop or Stop(getattr(settings, "precision", None), False)
-        self._pending_stop = None
-        for record in records:
-            self._stops[record["id"]] = stop
-        measured = [r for r in records if headline(r) is not None]
-        if not measured:
-            self._apply(records)
+    def after_test(self, session: Any, item: pytest.Function, settings: Any, task: Any,
+                   key: Any, records: Sequence[Record], fresh_world_after: bool,
+                   seconds: float) -> None:
+        """Note the point (`seconds`: what its run in the world took) and revisit an earlier
+        point of its stratum when one is due."""
+        if not self.per_group:
             return
-        group = group_of(measured[0], settings)
-        self._group_of_test[_test_key(item)] = group
-        now = time.monotonic()
-        point = Point(item, settings, prepare(item, settings), key, fresh_world_after, group,
-                      now, seconds,
-                      {r["id"]: [headline(r)] for r in measured})  # type: ignore[misc]
-        due = self._due(group)
-        self.points.setdefault(group, []).append(point)
-        self._point_of.update(dict.fromkeys(point.runs, point))
+        measured = [r for r in records if headline(r) is not None
+                    and registry.prints_interval(r["family"])]
+        if not measured:
+            return
+        strata = {r["id"]: stratum_of(r, settings) for r in measured}
+        self._strata_of_test.setdefault(_test_key(item), set()).update(strata.values())
+        stratum = strata[measured[0]["id"]]
+        point = Point(item, settings, task, key, fresh_world_after, stratum, time.monotonic(),
+                      seconds, {r["id"]: [r] for r in measured})
+        due = self._due(stratum)
+        self.points.setdefault(stratum, []).append(point)
+        for record_id, stratum_here in strata.items():
+            self._stratum_of[record_id] = stratum_here
+            self._runs.setdefault(stratum_here, {})[record_id] = point.runs[record_id]
+            self._noise.pop(stratum_here, None)
         if due is not None:
             self._revisit(session, due)
-        self._apply(records)
 
-    def _due(self, group: str) -> Point | None:
+    def _due(self, stratum: str) -> Point | None:
         """The point to revisit now, if any: the latest one measured at least REVISIT_GAP_S
-        ago, once that long has passed since the group's last revisit too, so that the
+        ago, once that long has passed since the stratum's last revisit too, so that the
         revisits spread over the session and over the points of a sweep."""
-        points = self.points.get(group, [])
+        points = self.points.get(stratum, [])
         now = time.monotonic()
         if (sum(p.revisits for p in points) >= self.per_group
-                or now - self._last_revisit.get(group, -math.inf) < REVISIT_GAP_S):
+                or now - self._last_revisit.get(stratum, -math.inf) < REVISIT_GAP_S):
             return None
         old = [p for p in _affordable(points)
                if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
@@ -135,7 +141,7 @@ class Revisits:
 
     def _revisit(self, session: Any, point: Point) -> None:
         point.revisits += 1
-        began = self._last_revisit[point.group] = time.monotonic()
+        began = self._last_revisit[point.stratum] = time.monotonic()
         self.runs += 1
         try:
             records = session.run_item(point.item, point.settings, point.key,
@@ -146,64 +152,61 @@ class Revisits:
         finally:
             self.seconds += time.monotonic() - began
         for record in records or ():
-            value = headline(record)
-            if value is not None and record["id"] in point.runs:
-                point.runs[record["id"]].append(value)
+            if headline(record) is not None and record["id"] in point.runs:
+                point.runs[record["id"]].append(record)
+                self._noise.pop(self._stratum_of[record["id"]], None)
+
+    # -- the interval -------------------------------------------------------------------------
+
+    def noise(self, stratum: str) -> RunNoise | None:
+        """The stratum's pooled noise, without the points whose runs are their own story."""
+        if stratum not in self._noise:
+            runs = {rid: _figures(recs) for rid, recs in self._runs.get(stratum, {}).items()}
+            self._noise[stratum] = stratum_noise(runs)
+        return self._noise[stratum]
+
+    def evidence(self, record: Record, final: bool = False) -> Evidence:
+        """What the session knows of `record`'s point now (`final`: at the end of the test
+        loop), for session_intervals.with_interval."""
+        if record.get("ab"):
+            return rounds_evidence(record)
+        basis = SESSION if final else SO_FAR
+        if not self.per_group:
+            return Evidence(basis, noise_missing=REVISITS_OFF)
+        stratum = self._stratum_of.get(record["id"])
+        if stratum is None:
+            return Evidence(basis, noise_missing=NOT_REVISITED)
+        runs = _figures(self._runs[stratum][record["id"]])
+        own = headline(record)
+        if own in runs:
+            runs.remove(own)  # the others: the record's own run is its headline
+        return Evidence(basis, self.noise(stratum), stratum, tuple(runs), NOT_REVISITED)
 
     # -- the end of the test loop -------------------------------------------------------------
 
     def finish(self, session: Any, more: bool = True) -> None:
-        """Revisits for the groups the session left short (`per_group` each; none with
-        `more` False), then every record's interval from its group's final noise, and a note
-        of what the revisits cost."""
+        """Revisits for the strata the session left short (`per_group` each; none with
+        `more` False: an interrupted or stopped session starts none), each revisited point's
+        headline made its median run, and a note of what the revisits cost."""
         for points in self.points.values() if more else ():
-            wanted = self.per_group
             order = sorted(_affordable(points), key=lambda p: (p.revisits, p.seconds))
             index = 0
-            while sum(p.revisits for p in points) < wanted and order:
+            while sum(p.revisits for p in points) < self.per_group and order:
                 self._revisit(session, order[index % len(order)])
                 index += 1
-        # Only this session's own: an xdist controller's records came finished from workers.
-        self._apply([r for r in session.records if r["id"] in self._stops])
+        for by_record in self._runs.values():
+            for runs in by_record.values():
+                _median_run_first(runs)
         if self.runs:
             session.notes.extend(wrap(
                 f"distbench: {self.runs} revisit(s) (earlier points run again to measure the "
                 f"run-to-run noise every ± carries) took {self.seconds:.1f} s; "
-                "--distbench-revisits=N sets how many per group"))
-
-    def noise(self, group: str) -> RunNoise | None:
-        runs: dict[str, list[float]] = {}
-        for point in self.points.get(group, []):
-            runs.update(point.runs)
-        return pooled_run_noise(runs)
-
-    def _apply(self, records: Sequence[Record]) -> None:
-        noises: dict[str, RunNoise | None] = {}
-        for record in records:
-            stop = self._stops.get(record["id"], Stop(None, False))
-            point = self._point_of.get(record["id"])
-            group = noise = None
-            if point is not None:
-                group = point.group
-                if group not in noises:
-                    noises[group] = self.noise(group)
-                noise = noises[group]
-                runs = point.runs[record["id"]]
-                if len(runs) > 1:
-                    record["revisits"] = runs[1:]  # first: apply_noise reads the regimes
-            apply_noise(record, noise, group or "", target=stop.target,
-                        noise_stopped=stop.by_noise,
-                        why=self._why_none(group))
-
-    def _why_none(self, group: str | None) -> str:
-        if not self.per_group:
-            return f"{NOT_MEASURED} (--distbench-revisits=0)"
-        return f"{NOT_MEASURED} yet" if group else NOT_MEASURED
+                "--distbench-revisits=N sets how many per stratum"))
 
 
-def group_of(record: Record, settings: Any) -> str:
-    """'collectives gloo ws8 0.5 s budget': the records whose runs share one run-to-run
-    noise."""
+def stratum_of(record: Record, settings: Any) -> str:
+    """'collectives gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
+    run-to-run noise."""
     family = registry.family_of(record["family"]) or record["family"]
     if getattr(settings, "iterations", None):
         length = f"{settings.iterations} iterations"
@@ -211,17 +214,34 @@ def group_of(record: Record, settings: Any) -> str:
         length = f"{settings.duration:g} s duration"
     else:
         length = f"{settings.budget:g} s budget"
-    return f"{family} {record['backend']} ws{record['world_size']} {length}"
+    scale = time_class(record["summary"]["p50"])
+    return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}"
 
 
-def without_revisits(records: Sequence[Record], why: str = UNDER_LAUNCHER) -> None:
-    """Records of a session that cannot revisit: no printed interval, and why."""
-    for record in records:
-        apply_noise(record, None, "", why=why)
+def _figures(runs: Sequence[Record]) -> list[float]:
+    return [value for r in runs if (value := headline(r)) is not None]
+
+
+def _median_run_first(runs: list[Record]) -> None:
+    """Make the session's record (runs[0], the object every reader holds) the run nearest
+    the median of the point's runs (the earliest of a tie), keeping what was said of the test
+    itself: the headline is the point's value in the session, not whichever run came first."""
+    values = _figures(runs)
+    if len(values) < 2 or len(values) != len(runs):
+        return
+    centre = sorted(values)[(len(values) - 1) // 2]
+    best = min(range(len(runs)), key=lambda i: (abs(math.log(values[i] / centre)), i))
+    if best == 0:
+        return
+    kept = runs[0]
+    chosen = {**runs[best], **{k: kept[k] for k in OF_THE_TEST if k in kept}}
+    runs[best] = dict(kept)  # type: ignore[assignment]  # the first run, now one of the others
+    kept.clear()
+    kept.update(chosen)
 
 
 def _affordable(points: Sequence[Point]) -> list[Point]:
-    """The points a revisit may repeat: none that took more than twice the group's median
+    """The points a revisit may repeat: none that took more than twice the stratum's median
     (a TCPStore init that met a 5 s name-lookup stall would cost that again)."""
     if not points:
         return []

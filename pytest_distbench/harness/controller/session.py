@@ -8,6 +8,13 @@ from typing import Any
 
 import pytest
 
+from ...results.document.session_intervals import (
+    SESSION,
+    UNDER_LAUNCHER,
+    Evidence,
+    seal,
+    with_interval,
+)
 from ...settings import Settings
 
 
@@ -49,6 +56,26 @@ class Session:
                  fresh_world_after: bool = False, keep: bool = True) -> list[dict[str, Any]]:
         """Run one test; return its records, or fail/skip it as pytest does."""
         raise NotImplementedError
+
+    def evidence(self, record: dict[str, Any], final: bool = False) -> Evidence:
+        """What the session knows of `record`'s point for its printed interval (`final`: at
+        the end of the test loop). A mode that cannot revisit: the run's own interval."""
+        if self.revisits is not None:
+            return self.revisits.evidence(record, final)
+        return Evidence(SESSION, noise_missing=UNDER_LAUNCHER)
+
+    def view(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records as the session knows them now: what the live closing line, -v, JUnit
+        and the per-test gate show (session_intervals.with_interval on copies)."""
+        return [with_interval(r, self.evidence(r)) for r in records]  # type: ignore[misc]
+
+    def seal(self) -> list[dict[str, Any]]:
+        """The end of the test loop: every record of this session gets its printed interval,
+        once; returned, for the pytest_distbench_record hooks (outputs.show_records). A record
+        that came sealed (from an xdist worker) is left alone."""
+        own = [r for r in self.records if "p50_ci" not in r]
+        seal(own, lambda r: self.evidence(r, final=True))  # type: ignore[arg-type]
+        return own
 
     def environment_facts(self) -> dict[str, Any]:
         """What this launch mode adds to the results environment."""

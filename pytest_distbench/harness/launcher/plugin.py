@@ -70,7 +70,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
 
 
 def start(config: pytest.Config, launch: LaunchEnv,
-          gate_check: Callable[[Any, list[dict[str, Any]], Any], None]) -> Any:
+          gate_check: Callable[[Any, list[dict[str, Any]], Any, Any], None]) -> Any:
     """The session of this rank (rank 0's role or the others'), with its hooks registered."""
     if launch.rank == 0:
         from .rank0 import RankZeroSession

@@ -150,8 +150,8 @@ class RankZeroSession(LauncherSession):
             records = judge(item, key, run_result(posted), settings, live_reports=live,
                             keep=self.records)
             if self._live is not None:
-                self._live.finish(records)
-            self.gate_check(item, records, settings)
+                self._live.finish(self.view(records))
+            self.gate_check(item, records, settings, self.view)
         except pytest.xfail.Exception as exc:  # before pytest.fail's: XFailed is a Failed
             verdict.status, verdict.message = "xfailed", str(exc.msg)
         except pytest.fail.Exception as exc:

@@ -39,7 +39,8 @@ FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before rel
 DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
 STOP_LOOK_S = 2.0  # at the launcher's SIGTERM, how long rank 0 waits for the live ranks to say so
 
-GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings], None]
+# outputs.after_test: the test's records, its settings, and the session's view of them.
+GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings, Any], None]
 
 
 class LauncherSession(Session):

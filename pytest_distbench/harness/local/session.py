@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 class LocalSession(Session):
     def __init__(self, force: bool = False, private_network: bool = False,
-                 revisits: int = 4) -> None:
+                 revisits: int = 5) -> None:
         """`private_network`: the worlds live in a network namespace of their own
         (netns.py); raises netns.NamespaceUnavailable where the machine does not allow one.
         `revisits`: per group (controller/revisits.py)."""
@@ -197,9 +197,9 @@ class LocalSession(Session):
         """
         # A test of its own (not an A/B variant, not a revisit) takes part in the revisits.
         own = keep and not key.variant
-        if own:
-            settings = self.revisits.settings_for(item, settings)
-        task = task or prepare(item, settings)
+        if task is None:
+            task = prepare(item, settings,
+                           self.revisits.sampling_for(item, settings) if own else None)
         try:
             world = self.world(key, settings.timeout)
         except WorldStartError as exc:
@@ -217,8 +217,8 @@ class LocalSession(Session):
         # A/B mode merges its variants' rounds and keeps the result itself.
         records = judge(item, key, result, settings, variant=key.variant,
                         live_reports=live.reports, keep=self.records if own else None)
-        if own:  # the interval known so far, which the closing line and the gate show
-            self.revisits.after_test(self, item, settings, key, records, fresh_world_after,
-                                     seconds)
-        live.finish(records)
+        if own:
+            self.revisits.after_test(self, item, settings, task, key, records,
+                                     fresh_world_after, seconds)
+        live.finish(self.view(records))  # the interval known so far, as -v and the gate
         return records

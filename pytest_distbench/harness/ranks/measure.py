@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ...results.statistics.interval import NORMAL_975, block_means, median_ranks
-from ..wire import Measurement, MeasureSettings, Progress
+from ..wire import Measurement, MeasureSettings, PrecisionStop, Progress
 from . import cuda_timing, rss
 from .pressure import Pressure, PressureError
 from .progress import Reporter, messages_per_iteration
@@ -144,6 +144,7 @@ class Distbench:
                         else 0)
         pressure = self._prepare_pressure(pressured)
         samples = array("d")
+        stop: PrecisionStop | None = None
         try:
             self._synchronize()
             dist.barrier(group=self._control)
@@ -173,13 +174,15 @@ class Distbench:
                         # Budget-bound: the budget's iterations, or fewer where the budget's
                         # time runs out first (the warm-up's estimate of an iteration can be
                         # short) or, with a target, the headline is known well enough.
+                        sampling = (s.precision if s.sampling_target is None
+                                    else s.sampling_target)
                         stopped_by = self._run_precise(
-                            timed, samples, iterations, s.precision or 0.0, timed_here,
-                            PRECISE[headline] if s.precision else _never, s.budget_s)
+                            timed, samples, iterations, sampling or 0.0, timed_here,
+                            PRECISE[headline] if sampling else _never, s.budget_s)
                         if s.precision is not None:
-                            figures["precision_target"] = s.precision
-                            figures["precision_statistic"] = headline
-                            figures["stopped_by"] = stopped_by
+                            noise = s.noise_stop and stopped_by == "precision"
+                            stop = PrecisionStop(s.precision, headline,
+                                                 "noise" if noise else stopped_by)
                     else:
                         self._run_count(timed, samples, iterations)
                 elapsed = time.perf_counter() - started
@@ -202,6 +205,7 @@ class Distbench:
             wrong=wrong, figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
             timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
+            stop=stop,
             moves_no_data=moves_no_data,
         ))
 

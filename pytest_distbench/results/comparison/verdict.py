@@ -17,6 +17,7 @@ from ..document import nccl_tests
 from ..document.history import p50_runs
 from ..document.record import Record
 from ..document.schema import records
+from ..document.session_intervals import headline_interval
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
 from ..statistics.unpaired import (
@@ -152,6 +153,10 @@ def judge_records(
             and _intervals_overlap(base, cur)):
         # Two runs whose p50 intervals overlap have not shown different p50s.
         kind = "unchanged"
+    if kind == "unchanged" and _beyond_threshold(change, threshold):
+        # Not shown to differ, yet far apart: the comparison cannot tell, which is not
+        # "unchanged" (docs/gating.md).
+        kind = "inconclusive"
     base_value = base["summary"][metric]
     cur_value = cur["summary"][metric]
     verdict = Verdict(
@@ -180,17 +185,17 @@ def judge_records(
     return verdict
 
 
+def _beyond_threshold(change: float | None, threshold: float) -> bool:
+    """Whether a change (current / baseline - 1) is larger than the threshold either way (in
+    ratio terms: +10 % slower is the same size as 1/1.1 faster)."""
+    return (change is not None and change > -1
+            and abs(math.log1p(change)) > math.log1p(threshold))
+
+
 def _intervals_overlap(base: dict[str, Any], cur: dict[str, Any]) -> bool:
-    bounds = []
-    for record in (base, cur):
-        # The session interval; where the session could not measure its noise (a launcher,
-        # a point judged before its group was revisited), the run's own.
-        ci = record.get("p50_ci") or {}
-        if ci.get("low") is None:
-            ci = record.get("sampling_ci") or {}
-        if ci.get("low") is None or ci.get("high") is None:
-            return False
-        bounds.append((ci["low"], ci["high"]))
+    bounds = [headline_interval(record) for record in (base, cur)]
+    if bounds[0] is None or bounds[1] is None:
+        return False
     (base_low, base_high), (cur_low, cur_high) = bounds
     return base_low <= cur_high and cur_low <= base_high
 

@@ -2,7 +2,7 @@
 
 A record is JSON and is read as a dict everywhere (tables, comparisons, plots, the CLI on a
 saved file), so its type is a TypedDict rather than a class: the same value is built by
-harness/controller/outcome.py (`build_records`, from the ranks' `wire.Measurement`s), made
+harness/controller/records.py (`build_records`, from the ranks' `wire.Measurement`s), made
 plain by normalize.py, checked by schema.py and written under `benchmarks[i].distbench`.
 docs/results-schema.md documents every key; tests/test_record.py holds this type, the schema's
 checks and that table to the same keys, the same required keys and the same nullability.
@@ -18,15 +18,18 @@ from typing import Any, TypedDict
 
 class P50Interval(TypedDict, total=False):
     """`p50_ci`: the 95 % interval of the point's value in this session (the run's sampling
-    interval widened by the session's run-to-run noise, document/session_intervals.py);
-    `sampling_ci`: the run's own (statistics/interval.py), without run_noise and why."""
+    interval widened by the run-to-run noise of its stratum, document/session_intervals.py);
+    `sampling_ci`: the run's own (statistics/interval.py), without basis, run_noise,
+    noise_missing and regimes. `why`: files of schema 2 only (now `noise_missing`)."""
 
     level: float
     method: str
     low: float | None
     high: float | None
     half_width_pct: float | None
+    basis: str  # session_intervals.BASES
     run_noise: dict[str, Any] | None
+    noise_missing: str | None  # session_intervals.NOISE_MISSING: the ± is the run's own
     why: str | None
     regimes: list[list[float]]
 
@@ -61,14 +64,23 @@ class Pressure(TypedDict, total=False):
     env: dict[str, dict[str, str]]
 
 
-class Precision(TypedDict):
-    """A precision-targeted run: the target and what the headline's interval achieved."""
+class _PrecisionStop(TypedDict):
+    """What the run's stop was (harness/wire.py PrecisionStop)."""
 
     target: float
-    achieved: float | None
-    met: bool
     stopped_by: str | None
     statistic: str
+
+
+class Precision(_PrecisionStop, total=False):
+    """A precision-targeted run: the target, its stop, what its own sampling interval
+    achieved, and (written with the printed interval, at the end of the test loop) what that
+    achieved, whether it met the target and whether the point missed it by its own spread."""
+
+    sampling_achieved: float | None
+    achieved: float | None
+    met: bool
+    own_short: bool
 
 
 class ABField(TypedDict, total=False):

@@ -1,23 +1,56 @@
-"""A record's printed interval: its run's sampling interval widened by the session's measured
-run-to-run noise (statistics/noise.py), written where every reader already looks.
+"""A record's printed interval, and the one function that writes it.
 
-`p50_ci` and a rate's `figures.msgs_per_s_ci_*` / `mbps_ci_*` / `rate_ci_pct` become the
-session interval; the run's own intervals move to `sampling_ci` and `figures.sampling_rate_ci`
-(kept, never printed as the headline ±). Applying it again with a better noise estimate starts
-from the kept sampling intervals, so the last call wins.
+A record leaves its test with what its run knows (harness/controller/records.py): the run's
+own sampling interval (`sampling_ci`, a rate's `figures.sampling_rate_ci`). What the session
+learns later (its run-to-run noise, the point's other runs) comes as an `Evidence`, and
+`with_interval(record, evidence)` returns the record with its printed interval: `p50_ci`, a
+rate's `figures.msgs_per_s_ci_*` / `mbps_ci_*` / `rate_ci_pct`, `precision.achieved/met`.
+
+It is pure, so the same function serves both moments: during the session (the live closing
+line, -v, JUnit, the per-test gate) it is applied to a copy with the noise measured so far
+(basis SO_FAR), and at the end of the test loop `seal` writes it once, in place, into every
+record of the session (basis SESSION, or ROUNDS for an A/B record, whose rounds are its runs).
+`p50_ci.basis` and `p50_ci.noise_missing` say which interval a reader holds: codes, never
+text to parse.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..statistics.interval import LEVEL, half_width_pct
-from ..statistics.noise import RunNoise, regimes, session_interval
-from .record import Record
+from ..statistics.noise import RunNoise, pooled_run_noise, regimes, session_interval
+from .record import P50Interval, Record
+
+# p50_ci.basis: which interval the record holds.
+SESSION = "session"  # final: written at the end of the test loop
+SO_FAR = "so far"  # during the session: with the noise measured so far (never in a file)
+ROUNDS = "rounds"  # an A/B record: its candidate rounds are its runs
+BASES = (SESSION, SO_FAR, ROUNDS)
+# p50_ci.noise_missing: why the interval is the run's own sampling interval alone.
+REVISITS_OFF = "revisits off"  # --distbench-revisits=0
+UNDER_LAUNCHER = "launcher"  # a launcher's session cannot run a point again
+NOT_REVISITED = "not revisited"  # no point of its stratum ran twice (yet)
+NOISE_MISSING = (REVISITS_OFF, UNDER_LAUNCHER, NOT_REVISITED)
 
 METHOD = ("the run's sampling interval combined with the run-to-run noise measured in this "
           "session (statistics/noise.py)")
-NOT_MEASURED = "run-to-run noise not measured"
+RUN_METHOD = "the run's own sampling interval (statistics/interval.py)"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the session knows of one point when its interval is written: the noise of its
+    stratum (None: not measured, `noise_missing` says why), the stratum's name, and the
+    figures of the point's other runs in this session (revisits, or an A/B record's rounds)."""
+
+    basis: str = SESSION
+    noise: RunNoise | None = None
+    stratum: str = ""
+    other_runs: tuple[float, ...] = ()
+    noise_missing: str = NOT_REVISITED
 
 
 def is_rate(record: Record) -> bool:
@@ -41,62 +74,113 @@ def headline(record: Record) -> float | None:
     return None
 
 
-def apply_noise(record: Record, noise: RunNoise | None, group: str, *,
-                why: str = NOT_MEASURED, target: float | None = None,
-                noise_stopped: bool = False) -> None:
-    """Rewrite `record`'s printed intervals from its sampling ones and `noise` (None: no
-    interval, `why` says so). `target`: the user's precision target, which `precision.met`
-    is judged against (the run itself may have stopped on a looser sampling target);
-    `noise_stopped`: that looser target came from the noise, so a stop on it is the noise's."""
-    if "sampling_ci" not in record:
-        record["sampling_ci"] = record.get("p50_ci")
+def headline_interval(record: Record) -> tuple[float, float] | None:
+    """(low, high) seconds of the p50's printed interval, the one every verdict, table and
+    plot reads: `p50_ci` once the record has it (a results file's; a copy made by
+    with_interval), else the run's own `sampling_ci` (a file of schema 1 has only that as
+    `p50_ci`; readers of one without either compute it from the samples)."""
+    for key in ("p50_ci", "sampling_ci"):
+        stored = record.get(key)
+        if isinstance(stored, dict) and "low" in stored:
+            low, high = stored.get("low"), stored.get("high")
+            return None if low is None or high is None else (float(low), float(high))
+    return None
+
+
+def with_interval(record: Record, evidence: Evidence) -> Record:
+    """`record` with its printed interval from `evidence` (a new record; `record` is left
+    as it is)."""
+    out: Record = dict(record)  # type: ignore[assignment]
     sampling = record.get("sampling_ci") or {}
+    if "sampling_ci" not in record and isinstance(record.get("p50_ci"), dict):
+        sampling = record["p50_ci"]  # a record read back from a file of schema 1
     p50 = (record.get("summary") or {}).get("p50")
     figure = headline(record)
-    runs = [] if figure is None else [figure, *(record.get("revisits") or [])]
+    runs = [] if figure is None else [figure, *evidence.other_runs]
     seen = regimes(runs)
     regime_runs = runs if len(seen) > 1 else []
+    # A point whose own runs the stratum's noise does not cover (a flip, a stall: left out of
+    # the pool) has them spanned, like regimes.
+    spanned = runs if regime_runs or _beyond(runs, evidence.noise) else []
     rate = is_rate(record)
-    bounds = _widened(p50, sampling.get("low"), sampling.get("high"), noise,
-                      [] if rate else regime_runs)
-    record["p50_ci"] = {
-        "level": LEVEL, "method": METHOD,
+    bounds = _widened(p50, sampling.get("low"), sampling.get("high"), evidence.noise,
+                      [] if rate else spanned)
+    ci: P50Interval = {
+        "level": LEVEL, "method": METHOD if evidence.noise is not None else RUN_METHOD,
         "low": None if bounds is None else bounds[0],
         "high": None if bounds is None else bounds[1],
         "half_width_pct": None if bounds is None else half_width_pct(*bounds, p50),
-        "run_noise": None if noise is None else {"group": group, **noise.as_dict()},
-        "why": None if bounds is not None else why,
+        "basis": evidence.basis,
+        "run_noise": None if evidence.noise is None else {"group": evidence.stratum,
+                                                          **evidence.noise.as_dict()},
+        "noise_missing": None if evidence.noise is not None else evidence.noise_missing,
     }
     if regime_runs:
-        record["p50_ci"]["regimes"] = [[value, count] for value, count in seen]
+        ci["regimes"] = [[value, count] for value, count in seen]
+    out["p50_ci"] = ci
+    if evidence.other_runs:
+        out["revisits"] = list(evidence.other_runs)
     if rate:
-        _apply_rate(record, noise, regime_runs)
-    _judge_precision(record, target, noise_stopped)
+        out["figures"] = _rate_interval(record, evidence.noise, spanned)
+    if isinstance(record.get("precision"), dict):
+        out["precision"] = _judged_precision(out)
+    return out
+
+
+def seal(records: Sequence[Record], evidence_of: Callable[[Record], Evidence]) -> None:
+    """Write every record's printed interval, once, at the end of the test loop, in place
+    (local, launcher and A/B mode alike; an xdist worker seals its own)."""
+    for record in records:
+        sealed = with_interval(record, evidence_of(record))
+        record.clear()
+        record.update(sealed)
+
+
+def rounds_evidence(record: Record) -> Evidence:
+    """An A/B record's: its candidate rounds are runs of the point, the noise is theirs (the
+    spread of the rounds' p50 on a log scale; a rate's spread is the same on that scale)."""
+    rounds = list(((record.get("ab") or {}).get("candidate_p50_s")) or [])
+    noise = pooled_run_noise({record["id"]: rounds})
+    return Evidence(ROUNDS, noise, f"{len(rounds)} A/B rounds", (),
+                    NOT_REVISITED)
+
+
+def _beyond(runs: list[float], noise: RunNoise | None) -> bool:
+    """Whether the point's runs spread past what `noise` allows one run (its own story)."""
+    if len(runs) < 2 or noise is None:
+        return len(runs) > 1 and noise is None
+    logs = [math.log(v) for v in runs]
+    return max(logs) - min(logs) > noise.half_log()
 
 
 def _widened(figure: object, low: float | None, high: float | None, noise: RunNoise | None,
-             regime_runs: list[float]) -> tuple[float, float] | None:
-    """The session interval of `figure` from its run's own (low, high; None where the run
-    had too few samples for one) and `noise`, spanning `regime_runs` (the point's runs where
-    they landed in different regimes); None without noise or a positive figure."""
-    if noise is None or not isinstance(figure, (int, float)) or figure <= 0:
+             spanned: list[float]) -> tuple[float, float] | None:
+    """The interval of `figure` from its run's own (low, high; None where the run had too
+    few samples for one) widened by `noise` (None: the run's own alone), spanning `spanned`
+    (the point's runs, where the noise does not cover them); None without a positive figure
+    or an interval."""
+    if not isinstance(figure, (int, float)) or not figure > 0:
         return None
     own = None if low is None or high is None else (low, high)
-    bounds = session_interval(figure, own, noise)
-    if bounds is not None and regime_runs:
-        bounds = (min(bounds[0], *regime_runs), max(bounds[1], *regime_runs))
+    if noise is None:
+        bounds = own
+    else:
+        bounds = session_interval(figure, own, noise)
+    if bounds is not None and spanned:
+        bounds = (min(bounds[0], *spanned), max(bounds[1], *spanned))
     return bounds
 
 
-def _apply_rate(record: Record, noise: RunNoise | None, regime_runs: list[float]) -> None:
-    figures = record["figures"] = dict(record["figures"])
-    if "sampling_rate_ci" not in figures:
+def _rate_interval(record: Record, noise: RunNoise | None,
+                   spanned: list[float]) -> dict[str, object]:
+    figures = dict(record.get("figures") or {})
+    if "sampling_rate_ci" not in figures:  # first applied: the family's own interval
         figures["sampling_rate_ci"] = {"low": figures.get("msgs_per_s_ci_low"),
                                        "high": figures.get("msgs_per_s_ci_high"),
                                        "pct": figures.get("rate_ci_pct")}
     own = figures["sampling_rate_ci"]
     rate = figures.get("msgs_per_s")
-    bounds = _widened(rate, own.get("low"), own.get("high"), noise, regime_runs)
+    bounds = _widened(rate, own.get("low"), own.get("high"), noise, spanned)
     nbytes = record.get("nbytes") or 0
     low, high = bounds if bounds is not None else (None, None)
     figures.update(
@@ -105,16 +189,14 @@ def _apply_rate(record: Record, noise: RunNoise | None, regime_runs: list[float]
         mbps_ci_high=None if high is None else high * nbytes / 1e6,
         rate_ci_pct=None if bounds is None else half_width_pct(low, high, rate),
     )
+    return figures
 
 
-def _judge_precision(record: Record, target: float | None, noise_stopped: bool) -> None:
-    precision = record.get("precision")
-    if not isinstance(precision, dict):
-        return
-    precision = record["precision"] = dict(precision)
-    precision.setdefault("sampling_achieved", precision.get("achieved"))
-    if target is not None:
-        precision["target"] = target
+def _judged_precision(record: Record) -> dict[str, object]:
+    """`precision` with `achieved` and `met` judged on the printed interval, and `own_short`:
+    whether the point missed its target by its own spread (its run stopped on the budget, or
+    its runs span regimes), which is what the tables' `*` marks, never a neighbour's noise."""
+    precision = dict(record["precision"])
     if is_rate(record):
         pct = (record.get("figures") or {}).get("rate_ci_pct")
     else:
@@ -122,5 +204,7 @@ def _judge_precision(record: Record, target: float | None, noise_stopped: bool) 
     achieved = None if pct is None else pct / 100
     precision["achieved"] = achieved
     precision["met"] = achieved is not None and achieved <= precision["target"]
-    if noise_stopped and precision.get("stopped_by") == "precision":
-        precision["stopped_by"] = "noise"
+    precision["own_short"] = not precision["met"] and (
+        precision.get("stopped_by") == "budget" or bool(record["p50_ci"].get("regimes"))
+        or achieved is None)
+    return precision

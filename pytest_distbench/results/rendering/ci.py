@@ -1,9 +1,9 @@
 """A record's headline interval as the tables, JUnit and plots print it: `p50 ± x %`.
 
-The interval is the record's `p50_ci`: since schema 2 the session interval (the run's sampling
-interval widened by the run-to-run noise the session measured, results/document/
-session_intervals.py); a record from a file written before it existed gets the sampling
-interval from its samples (statistics/interval.py), which is all such a file knows.
+The interval is the one session_intervals.headline_interval picks: the record's `p50_ci` (the
+session interval, results/document/session_intervals.py; during the session a view's "so
+far"); a record from a file written before it existed gets the sampling interval from its
+samples (statistics/interval.py), which is all such a file knows.
 """
 
 from __future__ import annotations
@@ -11,6 +11,13 @@ from __future__ import annotations
 import math
 
 from ..document.record import Record
+from ..document.session_intervals import (
+    NOT_REVISITED,
+    REVISITS_OFF,
+    SO_FAR,
+    UNDER_LAUNCHER,
+    headline_interval,
+)
 from ..statistics.interval import half_width_pct, median_interval
 
 TOO_FEW = "no CI: n too small"
@@ -26,11 +33,10 @@ def incomplete_text(record: Record) -> str | None:
 
 
 def p50_bounds(record: Record) -> tuple[float, float] | None:
-    """(low, high) seconds of the p50's 95 % interval, or None with too few samples."""
-    stored = record.get("p50_ci")
-    if isinstance(stored, dict) and "low" in stored:
-        low, high = stored.get("low"), stored.get("high")
-        return None if low is None or high is None else (float(low), float(high))
+    """(low, high) seconds of the p50's 95 % interval (session_intervals.headline_interval),
+    or for a file that has none the sampling interval of its samples; None with too few."""
+    if any(isinstance(record.get(key), dict) for key in ("p50_ci", "sampling_ci")):
+        return headline_interval(record)
     samples = record.get("samples") or []
     return median_interval(samples) if samples else None
 
@@ -54,16 +60,31 @@ def rate_pct(record: Record) -> float | None:
     return 100.0 * p50 * (1 / bounds[0] - 1 / bounds[1]) / 2
 
 
+# Why a record's ± is the run's own sampling interval (p50_ci.noise_missing), in words.
+NOISE_MISSING_TEXT = {
+    REVISITS_OFF: "run-to-run noise not measured (--distbench-revisits=0)",
+    UNDER_LAUNCHER: "run-to-run noise not measured under a launcher",
+    NOT_REVISITED: "run-to-run noise not measured (no point like it ran twice)",
+}
+
+
 def missing_reason(record: Record | None, short: bool = False) -> str:
-    """Why `record` has no interval: what its `p50_ci` says (`short`: just "no ±", for a
-    table cell under the session's noise line, which says why), else too few samples."""
-    why = ((record or {}).get("p50_ci") or {}).get("why")
-    if not why:
-        return TOO_FEW
-    if why.endswith(" yet"):  # at the test's end, before the session measured its noise
-        return "± at the end" if short else f"no ± yet: {why} (the tables and results file " \
-            "at the end have it)"
-    return "no ±" if short else f"no ±: {why}"
+    """Why `record` has no interval: since every record carries at least its run's own
+    (session_intervals), too few samples for one."""
+    return TOO_FEW
+
+
+def basis_note(record: Record | None) -> str:
+    """What a -v line or a JUnit property says of the interval it shows ("" for the final
+    session interval): `so far` during the session, or that it is the run's own."""
+    ci = (record or {}).get("p50_ci") or {}
+    missing = ci.get("noise_missing")
+    if ci.get("basis") == SO_FAR:
+        own = " (the run's own: no point like it ran twice yet)" if missing else ""
+        return f"so far{own}; the tables at the end have the session's"
+    if missing:
+        return f"the run's own ±: {NOISE_MISSING_TEXT.get(missing, missing)}"
+    return ""
 
 
 def pct_text(pct: float | None, record: Record | None = None) -> str:
@@ -77,8 +98,8 @@ def pct_text(pct: float | None, record: Record | None = None) -> str:
 
 # After the interval of a point that ran out of budget before its precision target.
 SHORT_MARK = "*"
-SHORT_NOTE = (f"{SHORT_MARK} = short of the --distbench-precision target: the budget ran out, "
-              "or the run-to-run noise is wider")
+SHORT_NOTE = (f"{SHORT_MARK} = short of the --distbench-precision target by the point's own "
+              "spread: its run ran out of budget, or its runs in this session disagree")
 
 
 def with_pct(text: str, pct: float | None, record: Record | None) -> str:
@@ -87,5 +108,10 @@ def with_pct(text: str, pct: float | None, record: Record | None) -> str:
 
 
 def short_of_target(record: Record | None) -> bool:
+    """Whether the point missed its precision target by its own spread (its run ran out of
+    budget, or its runs span regimes): never by its neighbours' noise. A record of a file
+    written before `own_short` existed: missed at all."""
     precision = (record or {}).get("precision")
-    return isinstance(precision, dict) and precision.get("met") is False
+    if not isinstance(precision, dict):
+        return False
+    return bool(precision.get("own_short", precision.get("met") is False))

@@ -56,11 +56,13 @@ def _p50_ci(record: Mapping[str, Any]) -> list[Property]:
     """p50_ci_low_us, p50_ci_high_us, p50_ci_pct: the p50's 95 % interval (none: too few
     samples for one)."""
     bounds = ci.p50_bounds(dict(record))
+    note = ci.basis_note(dict(record))
     if bounds is None:
         return [("p50_ci", ci.missing_reason(record))]
     return [("p50_ci_low_us", round(bounds[0] * 1e6, 6)),
             ("p50_ci_high_us", round(bounds[1] * 1e6, 6)),
-            ("p50_ci_pct", _round(ci.p50_pct(dict(record)) or 0.0))]
+            ("p50_ci_pct", _round(ci.p50_pct(dict(record)) or 0.0)),
+            *([("p50_ci_basis", note)] if note else [])]
 
 
 def properties(records: Sequence[Mapping[str, Any]],

@@ -7,28 +7,38 @@ from collections.abc import Sequence
 
 from ... import units
 from ..document.record import Record
-from ..document.session_intervals import is_rate
+from ..document.session_intervals import ROUNDS, is_rate
+from .ci import NOISE_MISSING_TEXT
 
 
 def noise_line(records: Sequence[Record]) -> str | None:
-    """One line: the run-to-run noise each group of points showed in this session (the ±
-    of the noise alone, widest first), or why none was measured."""
-    groups: dict[str, float] = {}
-    why = None
+    """One line: what the ± below is, and the run-to-run noise each stratum of similar points
+    showed in this session (the half-width of the noise alone, which every row of that
+    stratum carries, widest first), or why none was measured."""
+    strata: dict[str, float] = {}
+    missing = None
     for record in records:
         ci = record.get("p50_ci") or {}
         noise = ci.get("run_noise")
+        if ci.get("basis") == ROUNDS:
+            continue
         if isinstance(noise, dict) and noise.get("group"):
-            groups[noise["group"]] = noise["half_width_pct"]
-        elif ci.get("why"):
-            why = ci["why"]
-    if groups:
-        parts = ", ".join(f"{group} ± {pct:.0f} %" for group, pct in
-                          sorted(groups.items(), key=lambda kv: -kv[1]))
-        return ("run-to-run noise here (95 %, measured by running points again in this "
-                f"session): {parts}; every ± below carries it")
-    if why:
-        return f"no ± is printed: {why}"
+            strata[noise["group"]] = noise["half_width_pct"]
+        elif ci.get("noise_missing"):
+            missing = ci["noise_missing"]
+    parts = ", ".join(f"{stratum} ± {pct:.2g} %" if pct < 10 else f"{stratum} ± {pct:.0f} %"
+                      for stratum, pct in
+                      sorted(strata.items(), key=lambda kv: -kv[1]))
+    if strata and missing:
+        return ("each ± is the run's own sampling interval combined with the run-to-run noise "
+                "of its stratum, measured by running points again in this session (95 %, the "
+                f"noise alone): {parts}; rows of strata not named carry their run's own only")
+    if strata:
+        return ("each ± is the run's own sampling interval combined with the run-to-run noise "
+                "of its stratum, measured by running points again in this session (95 %, the "
+                f"noise alone): {parts}")
+    if missing:
+        return f"each ± is the run's own sampling interval: {NOISE_MISSING_TEXT[missing]}"
     return None
 
 

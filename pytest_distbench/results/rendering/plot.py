@@ -41,6 +41,7 @@ VERDICT_COLOURS = {
     "improvement": "#2ca02c",  # green
     "slower": "#ff7f0e",  # orange: seen, but no gate could judge it
     "faster": "#98df8a",  # light green
+    "inconclusive": "#bcbd22",  # olive: far apart, not shown to differ
     "unchanged": "#7f7f7f",  # grey
 }
 ROWS_PER_COMPARISON_PAGE = 60

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ... import registry
+from ..document.session_intervals import SO_FAR
 from ..peaks import pct_cell
 from .ci import incomplete_text
 from .plot_spec import DEFAULT_HEADLINE, PlotSpec, Record, measurement_name
@@ -50,4 +51,7 @@ def headline(records: Sequence[Record]) -> str:
             parts.append((f"{measured}: " if named else "") + ", ".join(texts))
     if len(parts) > 3:
         parts = parts[:3] + [f"... {len(parts) - 3} more"]
-    return "; ".join(parts)
+    text = "; ".join(parts)
+    if "±" in text and any((r.get("p50_ci") or {}).get("basis") == SO_FAR for r in records):
+        text += " (± so far; the tables have the session's)"
+    return text

@@ -46,9 +46,10 @@ def summary_line(comparison: Comparison) -> str:
     parts = []
     for kind in KINDS:
         n = counts[kind]
-        if kind in UNGATED.values():
+        if kind in (*UNGATED.values(), "inconclusive"):  # said only where there are some
             if n:
-                parts.append(f"{n} {kind} (not gateable)")
+                parts.append(f"{n} {kind}" + (" (not gateable)" if kind in UNGATED.values()
+                                               else ""))
             continue
         word = kind
         if kind in UNGATED and n != 1:
@@ -71,7 +72,9 @@ def rule_line(comparison: Comparison) -> str:
         + ("run-to-run spread of the stored runs" if history else
            ">= : from the spread inside the two runs") + "); not gateable = detectable above "
         "the threshold, or run-to-run noise unknown (fewer than 3 stored runs); regression = "
-        "slower where gateable"
+        "slower where gateable; inconclusive = changed by more than the threshold but not shown "
+        "to differ (the test above not met, the change below detectable, or the two runs' "
+        "95 % intervals overlap); unchanged = within the threshold"
     )
 
 

@@ -4,23 +4,26 @@ A run's samples tell how well the figure is known while that run lasts; on a sha
 oversubscribed machine the next run of the same point lands somewhere else (an offset of its
 own: a scheduler regime, a cache state, a neighbour's load). The session measures that spread
 itself: some points run again later in the session (revisits), and the spread of log figure
-between runs of the same point, pooled over the points of a group (one family, one world
-size, one run length), is the group's run-to-run noise. A figure's interval is then its run's
-sampling interval widened by that noise on a log scale, with a Student t quantile for the few
-runs the noise is learned from: the interval of the value the point takes *in this session*,
-not of the run that happened to measure it.
+between runs of the same point, pooled over a stratum of similar points (one family, backend,
+world size and run length, and one time scale: TIME_CLASSES), is that stratum's run-to-run
+noise. A point whose own runs spread far more than its neighbours' (a regime flip, a stall)
+is left out of the pool (own_spread_points): its interval spans its own runs instead, and its
+neighbours keep theirs. A figure's interval is its run's sampling interval widened by that
+noise on a log scale, with a Student t quantile for the few runs the noise is learned from:
+the interval of the value the point takes *in this session*, not of the run that happened to
+measure it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .interval import LEVEL, NORMAL_975
 
-__all__ = ["RunNoise", "pooled_run_noise", "regimes", "sampling_target", "session_interval",
-           "stopped_by_noise", "t_975"]
+__all__ = ["RunNoise", "own_spread_points", "pooled_run_noise", "regimes", "sampling_target",
+           "session_interval", "stopped_by_noise", "stratum_noise", "t_975", "time_class"]
 
 # Student t 97.5 % quantiles for 1..30 degrees of freedom.
 _T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
@@ -33,6 +36,17 @@ _T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624,
 NOISE_FLOOR_SHARE = 0.5
 # Runs of one point whose figures differ by more than this factor are different regimes.
 REGIME_RATIO = 1.5
+# A point whose runs' spread (standard deviation of log figure) is more than this many times
+# its stratum's others' is its own: a flip or a stall, not the stratum's noise.
+OWN_SPREAD_RATIO = 4.0
+# Below this spread (0.5 %) the others' is no yardstick: timer and sampling noise alone.
+SPREAD_FLOOR = 0.005
+# Time scales whose points share a noise: the upper bounds (seconds per iteration) of each
+# class and its name. Launch-bound points (microseconds) and bandwidth- or latency-bound ones
+# (milliseconds and up) are disturbed differently (measured: docs/user-guide.md, "What the ±
+# means").
+TIME_CLASSES = ((1e-4, "under 100 us"), (1e-2, "100 us-10 ms"), (1.0, "10 ms-1 s"),
+                (math.inf, "1 s and over"))
 
 
 def t_975(dof: int) -> float:
@@ -67,23 +81,63 @@ class RunNoise:
                 "points": self.points, "half_width_pct": self.pct()}
 
 
-def pooled_run_noise(runs_by_point: Mapping[Hashable, Sequence[float]]) -> RunNoise | None:
-    """The pooled run-to-run spread of the points' figures (each point's runs, > 0); None
-    when no point has two runs."""
+def time_class(seconds: float) -> str:
+    """The name of the time scale (TIME_CLASSES) of a point taking `seconds` per iteration."""
+    return next(name for bound, name in TIME_CLASSES if seconds < bound)
+
+
+def _squares(values: Sequence[float]) -> tuple[float, int]:
+    """The sum of squared deviations of the runs' log figures from their mean, and its degrees
+    of freedom (runs - 1; 0 for fewer than two usable runs)."""
+    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+    if len(logs) < 2:
+        return 0.0, 0
+    centre = math.fsum(logs) / len(logs)
+    return math.fsum((x - centre) ** 2 for x in logs), len(logs) - 1
+
+
+def pooled_run_noise(runs_by_point: Mapping[Hashable, Sequence[float]],
+                     leave_out: Iterable[Hashable] = ()) -> RunNoise | None:
+    """The pooled run-to-run spread of the points' figures (each point's runs, > 0), without
+    the points of `leave_out`; None when no other point has two runs."""
+    left_out = set(leave_out)
     squares = 0.0
     dof = runs = points = 0
-    for values in runs_by_point.values():
-        logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
-        if len(logs) < 2:
+    for point, values in runs_by_point.items():
+        own, own_dof = _squares(values)
+        if point in left_out or not own_dof:
             continue
-        centre = math.fsum(logs) / len(logs)
-        squares += math.fsum((x - centre) ** 2 for x in logs)
-        dof += len(logs) - 1
-        runs += len(logs)
+        squares += own
+        dof += own_dof
+        runs += own_dof + 1
         points += 1
     if dof == 0:
         return None
     return RunNoise(math.sqrt(squares / dof), dof, runs, points)
+
+
+def stratum_noise(runs_by_point: Mapping[Hashable, Sequence[float]]) -> RunNoise | None:
+    """The run-to-run noise of one stratum: its points' runs pooled, less the points whose
+    runs are their own story (own_spread_points)."""
+    return pooled_run_noise(runs_by_point, own_spread_points(runs_by_point))
+
+
+def own_spread_points(runs_by_point: Mapping[Hashable, Sequence[float]]) -> set[Hashable]:
+    """The points whose runs are their own story: in different regimes (regimes()), or spread
+    more than OWN_SPREAD_RATIO times the pooled spread of the other points of their stratum
+    (one flip among many quiet pairs must not set everyone's noise). Only ever a minority of
+    the points run twice: where most of them flip, flipping is the stratum's noise (none)."""
+    revisited = [p for p, values in runs_by_point.items() if _squares(values)[1]]
+    own = {p for p in revisited if len(regimes(runs_by_point[p])) > 1}
+    for point, values in runs_by_point.items():
+        squares, dof = _squares(values)
+        if point in own or not dof:
+            continue
+        others = pooled_run_noise(runs_by_point, own | {point})
+        if others is not None and math.sqrt(squares / dof) > OWN_SPREAD_RATIO * max(
+                others.sd_log, SPREAD_FLOOR):
+            own.add(point)
+    return own if 2 * len(own) <= len(revisited) else set()
 
 
 def session_interval(figure: float, sampling: tuple[float, float] | None,
@@ -98,8 +152,7 @@ def session_interval(figure: float, sampling: tuple[float, float] | None,
     if sampling is not None and sampling[0] > 0 and sampling[1] > 0:
         below = max(0.0, math.log(figure / sampling[0]))
         above = max(0.0, math.log(sampling[1] / figure))
-    return (figure * math.exp(-math.hypot(below, between)),
-            figure * math.exp(math.hypot(above, between)))
+    return (figure * math.exp(-max(below, between)), figure * math.exp(max(above, between)))
 
 
 def sampling_target(target: float, noise: RunNoise | None) -> float:

@@ -18,7 +18,8 @@ from .paired import DEFAULT_ALPHA, SIGNED_RANK_EFFICIENCY, detectable_change, ro
 from .stats import median
 
 # "slower" / "faster": a change the test saw that no gate could judge (comparison/verdict.py).
-Kind = Literal["regression", "improvement", "slower", "faster", "unchanged", "new", "missing"]
+Kind = Literal["regression", "improvement", "slower", "faster", "inconclusive", "unchanged",
+               "new", "missing"]
 
 # Ten batches against ten: the smallest one-sided Mann-Whitney p-value is 1/184756, so a
 # consistent shift is significant at alpha=0.01 even though each side is only ten numbers.

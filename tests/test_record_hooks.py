@@ -1,0 +1,124 @@
+"""The record is written once (issue 38, item 5): every reader at the end of the session (the
+results file, the pytest_distbench_record hooks, the gate's comparison) sees the same sealed
+interval; and a hook is handed a copy (issue 39, item 13): one that raises fails the session
+once, in one line naming its plugin; one that changes the record changes nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import WITH_REVISITS
+
+BENCH = """
+import time, pytest
+
+@pytest.mark.parametrize("ms", [1, 2, 3])
+def test_sleep(distbench, ms):
+    distbench.measure(lambda: time.sleep(ms / 1000))
+"""
+
+# Every record as its hook saw it, then a hook that mutates and one that raises.
+CONFTEST = """
+import json
+
+SEEN = []
+
+def pytest_distbench_record(config, record):
+    with open(config.rootpath / "seen.jsonl", "a") as seen:
+        seen.write(json.dumps(record) + "\\n")
+    record["summary"]["p50"] = 123.0
+    record["name"] = "renamed"
+    record["samples"] = "garbage"
+"""
+
+RAISING = """
+class Broken:
+    def pytest_distbench_record(self, config, record):
+        raise ValueError("boom")
+
+def pytest_configure(config):
+    config.pluginmanager.register(Broken(), "broken-records")
+"""
+
+
+def _run(pytester, distbench_run, *args):
+    pytester.makepyfile(BENCH)
+    out = pytester.path / "r.json"
+    result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
+                           f"--distbench-json={out}", *args)
+    records = {b["distbench"]["id"]: b["distbench"]
+               for b in json.loads(out.read_text())["benchmarks"]}
+    return result, records
+
+
+def test_the_hook_sees_the_sealed_record_and_cannot_change_the_results(pytester,
+                                                                        distbench_run):
+    pytester.makeconftest(CONFTEST)
+    result, records = _run(pytester, distbench_run, WITH_REVISITS)
+    result.assert_outcomes(passed=3)
+    seen = {r["id"]: r for r in map(json.loads, (pytester.path / "seen.jsonl").read_text()
+                                    .splitlines())}
+    assert seen.keys() == records.keys()
+    for record_id, record in records.items():
+        # One interval: the session's, final, the same in the hook and in the file.
+        assert record["p50_ci"]["basis"] == "session"
+        assert seen[record_id]["p50_ci"] == record["p50_ci"]
+        assert seen[record_id] == record
+        # What the hook changed reached nothing.
+        assert record["name"] != "renamed" and record["summary"]["p50"] != 123.0
+        assert isinstance(record["samples"], list)
+
+
+@pytest.mark.parametrize("mode", ["local", "ab"])
+def test_a_raising_hook_fails_the_session_once_naming_its_plugin(pytester, distbench_run,
+                                                                 mode):
+    pytester.makeconftest(RAISING)
+    extra = ["--distbench-baseline-env=DISTBENCH_UNUSED=1", "--distbench-rounds=2"] if (
+        mode == "ab") else ["--distbench-revisits=0"]
+    result, records = _run(pytester, distbench_run, *extra)
+    result.assert_outcomes(passed=3)  # the tests themselves passed
+    assert result.ret == 1
+    out = result.stdout.str()
+    line = ("pytest_distbench_record of plugin 'broken-records' raised ValueError: boom "
+            "(record ")
+    assert out.count(line) == 1, out
+    assert len(records) == 3  # nothing lost
+    if mode == "ab":
+        # An A/B record's interval is its rounds' (its candidate rounds are its runs).
+        assert all(r["p50_ci"]["basis"] == "rounds" for r in records.values())
+
+
+def test_revisits_have_an_upper_bound(pytester, distbench_run):
+    pytester.makepyfile(BENCH)
+    result = distbench_run("--distbench", "--distbench-revisits=1000000000")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--distbench-revisits*must be <= 64*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+# The second test's report interrupts the session, as Ctrl-C would; no revisit is due during
+# the loop (a gap longer than the session), so any revisit would be a closing one.
+INTERRUPTING = """
+import pytest_distbench.harness.controller.revisits as revisits
+
+revisits.REVISIT_GAP_S = 1e6
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.nodeid.endswith("-2]"):
+        raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupt_starts_no_revisit_and_keeps_what_was_measured(pytester, distbench_run):
+    pytester.makeconftest(INTERRUPTING)
+    pytester.makepyfile(BENCH)
+    out = pytester.path / "r.json"
+    result = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
+                           f"--distbench-json={out}", WITH_REVISITS)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "revisit(s)" not in result.stdout.str()
+    records = [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert len(records) == 2
+    assert all(r["p50_ci"]["basis"] == "session" and not r.get("revisits") for r in records)
