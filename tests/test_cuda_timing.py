@@ -596,7 +596,7 @@ def device_bounds(monkeypatch):
 def test_a_cuda_world_s_probe_fails_its_impossible_figure_and_goes_to_the_file(device_bounds):
     """The ranks' device_copy_gbps, noted when their world starts, is what the controller holds
     that world's records to (fail, never print) and what the results file's environment says."""
-    from pytest_distbench.harness.controller import outcome
+    from pytest_distbench.harness.controller import records
     from pytest_distbench.harness.controller.session import Session
 
     cuda = FakeCuda()
@@ -608,7 +608,7 @@ def test_a_cuda_world_s_probe_fails_its_impossible_figure_and_goes_to_the_file(d
     fine = dict(cuda_record(1 << 30, "cuda-batch", 20), algbw_gbps=2095.0, busbw_gbps=0.0)
     impossible = dict(cuda_record(1 << 30, "cuda-graph", 20), id="graph", name="graph",
                       algbw_gbps=5_099_682.0, busbw_gbps=0.0)
-    text = outcome._mark_invalid([fine, impossible])
+    text = records.mark_invalid([fine, impossible])
     assert "invalid" not in fine
     assert impossible["invalid"] == [
         "bandwidth within the GPU's memory: algorithm bandwidth 5.1e+06 GB/s is above twice "
