@@ -174,7 +174,7 @@ _TRAILING = (
     _session("revisits", "--distbench-revisits", "5", parse_count(0, MAX_REVISITS),
              "runs of earlier points repeated later in the session, per stratum of similar "
              "points, to measure the run-to-run noise every printed ± carries (at most "
-             f"{MAX_REVISITS}; 0: none, and each ± is the run's own sampling interval)",
+             f"{MAX_REVISITS}, and with 0 each ± is the run's own sampling interval)",
              metavar="N", group="length"),
     _switch("strict", "--distbench-strict",
             "with --distbench-compare, make a different environment an error",

@@ -67,7 +67,8 @@ def test_wire_settings_are_the_resolved_settings_under_their_own_names():
         "budget": "0.25s", "duration": "2s", "allocate": "2MiB", "touch": "1MiB",
         "touch_once": "true", "cpu_threads": "1", "cuda_batch": "7"}))
     pressure = from_settings(PressureSettings, resolved)
-    measure = from_settings(MeasureSettings, resolved, report_every_s=5.0, pressure=pressure)
+    measure = from_settings(MeasureSettings, resolved, report_every_s=5.0, pressure=pressure,
+                            sampling_target=None, noise_stop=False)  # derived, as outcome.py
     assert (measure.budget_s, measure.duration_s, measure.cuda_batch) == (0.25, 2.0, 7)
     assert (pressure.allocate_bytes, pressure.touch_bytes, pressure.touch_once,
             pressure.cpu_threads) == (2 << 20, 1 << 20, True, 1)
