@@ -59,7 +59,9 @@ def test_xdist_loses_nothing_and_writes_each_file_once(pytester, distbench_run):
                            "--distbench-save=xdist", "--distbench-compare=plain")
     # One stored run reports and fails nothing (docs/gating.md): the merged comparison shows it.
     spread.assert_outcomes(passed=4)
-    spread.stdout.fnmatch_lines(["*test_reduce[[]gloo-ws2-1KiB-1[]]*slower, not gateable*"])
+    # One stored run never gates: the change is "slower" or, where the intervals overlap,
+    # "inconclusive"; the id may wrap in the 120-column table.
+    assert "not gateable" in spread.stdout.str()
     output = spread.stdout.str()
     assert "WARNING: pytest-xdist runs 2 workers at once" in output
     assert output.count("distbench results") == 1  # one set of tables, from the controller
