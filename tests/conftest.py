@@ -132,10 +132,13 @@ WITH_REVISITS = "--distbench-revisits=5"
 
 
 @pytest.fixture
-def distbench_run(pytester: pytest.Pytester, leak_tag: str):
-    """Run a real pytest session in a subprocess with the plugin, real ranks and a leak check."""
+def distbench_run(pytester: pytest.Pytester, leak_tag: str, request: pytest.FixtureRequest):
+    """Run a real pytest session in a subprocess with the plugin, real ranks and a leak check
+    (with the product's revisits where the test is marked `with_revisits`)."""
+    revisits = (WITH_REVISITS,) if request.node.get_closest_marker("with_revisits") else ()
 
     def run(*args: str, timeout: float = 240) -> pytest.RunResult:
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *revisits, *args,
+                                             timeout=timeout)
 
     return run

@@ -4,7 +4,6 @@ after the same iteration; a point whose budget runs out first is marked in the t
 
 from __future__ import annotations
 
-import functools
 import json
 import statistics
 
@@ -12,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import WITH_REVISITS
 from pytest_distbench.harness.ranks.measure import _precise_mean, _precise_median
 from pytest_distbench.harness.ranks.threads import intra_op_threads
 from pytest_distbench.results.statistics.interval import (
@@ -21,12 +19,9 @@ from pytest_distbench.results.statistics.interval import (
     median_interval,
 )
 
-
-@pytest.fixture
-def distbench_run(distbench_run):
-    """Sessions that run revisits, as the product does by default: this module is about the
-    interval they measure (tests/conftest.py turns them off elsewhere)."""
-    return functools.partial(distbench_run, WITH_REVISITS)
+# Sessions that run revisits, as the product does by default: this module is about the
+# interval they measure (tests/conftest.py turns them off elsewhere).
+pytestmark = pytest.mark.with_revisits
 
 
 @given(st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=300), st.floats(0.001, 0.5))

@@ -395,9 +395,10 @@ def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbe
     slower = distbench_run(*run, "--distbench-compare=main", "-rf")
     [line] = [x for x in slower.stdout.lines if re.match(r"test_replay\[gloo-ws2-step\] ", x)]
     assert "+" in line.split("replay", 1)[1]  # the change column: slower
-    if line.endswith("slower, not gateable"):
+    if line.endswith(("slower, not gateable", "inconclusive, not gateable")):
         # Three stored runs that spread past the threshold (a slow regime of this VM in one
-        # of them: 2578 % detectable seen) cannot gate: said, and nothing fails.
+        # of them: 2578 % and 15340 % detectable seen) cannot gate: said, and nothing fails
+        # ("inconclusive" where the change is within what the spread can tell).
         slower.assert_outcomes(passed=1)
     else:
         assert line.endswith("regression"), line

@@ -6,7 +6,6 @@ world sizes, in budget, count and duration modes."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 from results_data import benchmark_record
 from tables import unwrapped
 
-from conftest import WITH_REVISITS
 from pytest_distbench.results.document.session_intervals import (
     REVISITS_OFF,
     SESSION,
@@ -28,12 +26,9 @@ from pytest_distbench.results.document.session_intervals import (
 from pytest_distbench.results.rendering.noise import noise_line, regime_lines
 from pytest_distbench.results.statistics.noise import RunNoise
 
-
-@pytest.fixture
-def distbench_run(distbench_run):
-    """Sessions that run revisits, as the product does by default: this module is about the
-    interval they measure (tests/conftest.py turns them off elsewhere)."""
-    return functools.partial(distbench_run, WITH_REVISITS)
+# Sessions that run revisits, as the product does by default: this module is about the
+# interval they measure (tests/conftest.py turns them off elsewhere).
+pytestmark = pytest.mark.with_revisits
 
 # Each run of a point draws an offset of its own (the same in every rank: seeded from the
 # point's size and a per-run counter kept in the rank's module), then sleeps about that long:

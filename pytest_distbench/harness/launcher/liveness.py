@@ -102,7 +102,7 @@ class Peers:
         found = []
         now = time.monotonic()
         for r in ranks:
-            if r in self.pids and not _running(self.pids[r]):
+            if r in self.pids and not running(self.pids[r]):
                 found.append(r)
                 continue
             beat = channel.add(wire.beat(r), 0)
@@ -114,7 +114,7 @@ class Peers:
         return found
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether the process exists and is no zombie (a launcher reaps its dead children late)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

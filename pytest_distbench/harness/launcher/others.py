@@ -13,7 +13,7 @@ from ...settings import Settings
 from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .liveness import BEAT_S, GONE_VALUE
+from .liveness import BEAT_S, GONE_VALUE, running
 from .seal import Forged
 from .session import FAILURE_GRACE_S, LauncherSession
 from .storechannel import StoreChannel, StoreLost, open_store
@@ -37,6 +37,12 @@ class OtherRankSession(LauncherSession):
                 self.pytest_session.exitstatus = self.channel.get(wire.END)["exitstatus"]
             except Forged as exc:  # this rank's own status stands
                 hang.write_stderr(f"distbench rank {self.rank}: refused the end status: {exc}")
+        # No store call of this rank may be in flight when rank 0 exits with the store it
+        # hosts: torch prints each one cut off ("recvValue failed ... reset by peer"). So the
+        # heartbeat stops before rank 0 may go (rank 0 beats until it exits: ranks on other
+        # hosts see it go by that).
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self.channel.set(wire.done(self.rank), 1)
         # Exit after rank 0: a launcher that stops every rank once one exits non-zero
         # (torchrun) then never stops rank 0 on its way out.
@@ -44,11 +50,15 @@ class OtherRankSession(LauncherSession):
 
     def _wait_for_rank_0_to_exit(self, channel: StoreChannel) -> None:
         deadline = time.monotonic() + EXIT_AFTER_RANK_0_S
+        if 0 in self.peers.pids:  # on this host: its process says, with no store call to cut
+            while running(self.peers.pids[0]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return
         try:
             while not self.peers.gone(channel, [0], RANK_0_ENDED_S):
                 if time.monotonic() >= deadline:
                     return
-                time.sleep(0.02 if 0 in self.peers.pids else BEAT_S)
+                time.sleep(BEAT_S)
         except StoreLost:
             pass  # rank 0 hosted the store: gone with it
 

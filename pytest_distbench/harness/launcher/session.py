@@ -290,9 +290,6 @@ class LauncherSession(Session):
             self._agree_on_the_end()
         except (StoreLost, RuntimeError):
             pass  # the store's host is gone: nothing left to agree with
-        if self._heartbeat is not None and self.rank != 0:
-            # Rank 0 beats until it exits: the others on other hosts see it go by that.
-            self._heartbeat.stop()
         self._stop.close()
 
     def _agree_on_the_end(self) -> None:
