@@ -115,3 +115,41 @@ def test_no_import_circle():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def _complexity(function: ast.AST) -> int:
+    """McCabe's: one, plus one per branch point (if, loop, except, boolean operand,
+    comprehension condition, conditional expression)."""
+    points = 1
+    for node in ast.walk(function):
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.ExceptHandler, ast.IfExp,
+                             ast.AsyncFor, ast.Assert)):
+            points += 1
+        elif isinstance(node, ast.BoolOp):
+            points += len(node.values) - 1
+        elif isinstance(node, ast.comprehension):
+            points += 1 + len(node.ifs)
+    return points
+
+
+def test_one_field_table_drives_the_record_check():
+    """validate_record walks fields.RECORD_FIELDS: short, and nothing in the schema's modules
+    branches past 12 (issue 38's sealed record)."""
+    document = PACKAGE / "results" / "document"
+    functions = {f"{path.stem}.{node.name}": node for path in (document / "schema.py",
+                                                              document / "fields.py")
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.FunctionDef)}
+    check = functions["schema.validate_record"]
+    assert check.end_lineno - check.lineno + 1 <= 40
+    assert {name: c for name, f in functions.items() if (c := _complexity(f)) > 12} == {}
+
+
+def test_the_record_type_is_defined_once():
+    defined = [module for module, path in MODULES.items()
+               for node in ast.walk(ast.parse(path.read_text()))
+               if (isinstance(node, ast.ClassDef) and node.name == "Record")
+               or (isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                   isinstance(t, ast.Name) and t.id == "Record"
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))]
+    assert defined == ["pytest_distbench.results.document.record"]

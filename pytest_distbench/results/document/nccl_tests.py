@@ -17,11 +17,11 @@ of them came from nccl-tests.
 from __future__ import annotations
 
 import copy
-import math
 import os
 from typing import Any
 
 from ..statistics import stats
+from .fields import is_int, is_number
 from .record import Record
 
 FORMAT_VERSION = 3
@@ -89,7 +89,7 @@ def as_document(raw: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, 
         raise NcclTestsError("config.devices", "expected one object per rank")
     world_size = len(devices)
     graph = config.get("graph")
-    if not _is_int(graph) or graph < 0:
+    if not is_int(graph) or graph < 0:
         raise NcclTestsError("config.graph", f"expected an integer >= 0, got {graph!r}")
     results = _field(raw, "results", list, "a list of sizes")
     if not results:
@@ -133,10 +133,10 @@ def _record(entry: Any, where: str, family: str, factor: str, in_place: bool,
     if not isinstance(entry, dict):
         raise NcclTestsError(where, "expected an object per size")
     size = entry.get("size")
-    if not _is_int(size) or size < 0:
+    if not is_int(size) or size < 0:
         raise NcclTestsError(f"{where}.size", f"expected bytes (an integer >= 0), got {size!r}")
     count = entry.get("count")
-    if not _is_int(count) or count < 0:
+    if not is_int(count) or count < 0:
         raise NcclTestsError(f"{where}.count", f"expected an integer >= 0, got {count!r}")
     kind = entry.get("type")
     if kind not in TYPES:
@@ -146,14 +146,14 @@ def _record(entry: Any, where: str, family: str, factor: str, in_place: bool,
     if not isinstance(timed, dict):
         raise NcclTestsError(f"{where}.{place}", "expected an object with time (us)")
     time_us = timed.get("time")
-    if not (_is_number(time_us) and time_us > 0):
+    if not (is_number(time_us) and time_us > 0):
         raise NcclTestsError(f"{where}.{place}.time",
                              f"expected a time per call in us (> 0), got {time_us!r}")
     wrong = timed.get("nwrong", 0)
-    if not (_is_number(wrong) and wrong >= 0 and float(wrong).is_integer()):
+    if not (is_number(wrong) and wrong >= 0 and float(wrong).is_integer()):
         raise NcclTestsError(f"{where}.{place}.nwrong", f"expected a count, got {wrong!r}")
     iterations = entry.get("actual_iterations")
-    if not _is_int(iterations) or iterations < 1:
+    if not is_int(iterations) or iterations < 1:
         raise NcclTestsError(f"{where}.actual_iterations",
                              f"expected an integer >= 1, got {iterations!r}")
     seconds = time_us * 1e-6
@@ -190,7 +190,7 @@ def _bus_factor(factor: str, n: int) -> float:
 
 def _nccl_version(code: Any) -> str | None:
     """22809 -> "2.28.9" (NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9)."""
-    if not _is_int(code) or code < 20900:
+    if not is_int(code) or code < 20900:
         return None
     return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
@@ -233,12 +233,3 @@ def _field(mapping: dict[str, Any], name: str, kind: type, expected: str,
         got = "nothing" if value is None else type(value).__name__
         raise NcclTestsError(prefix + name, f"expected {expected}, got {got}")
     return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
