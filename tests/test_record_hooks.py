@@ -53,17 +53,30 @@ def _run(pytester, distbench_run, *args):
     return result, records
 
 
+# The modes a record is made in, and the interval each seals: the session's (its revisits'
+# noise), an A/B record's rounds', and under xdist the controller's, as in local mode.
+MODES = {
+    "local": ([WITH_REVISITS], "session"),
+    "ab": (["--distbench-baseline-env=DISTBENCH_UNUSED=1", "--distbench-rounds=2"], "rounds"),
+    "xdist": ([WITH_REVISITS, "-n", "2"], "session"),
+}
+
+
+@pytest.mark.parametrize("mode", [
+    "local", pytest.param("ab", marks=pytest.mark.extended),
+    pytest.param("xdist", marks=pytest.mark.extended)])
 def test_the_hook_sees_the_sealed_record_and_cannot_change_the_results(pytester,
-                                                                        distbench_run):
+                                                                        distbench_run, mode):
     pytester.makeconftest(CONFTEST)
-    result, records = _run(pytester, distbench_run, WITH_REVISITS)
+    extra, basis = MODES[mode]
+    result, records = _run(pytester, distbench_run, *extra)
     result.assert_outcomes(passed=3)
     seen = {r["id"]: r for r in map(json.loads, (pytester.path / "seen.jsonl").read_text()
                                     .splitlines())}
     assert seen.keys() == records.keys()
     for record_id, record in records.items():
-        # One interval: the session's, final, the same in the hook and in the file.
-        assert record["p50_ci"]["basis"] == "session"
+        # One interval: final, the same in the hook and in the file.
+        assert record["p50_ci"]["basis"] == basis
         assert seen[record_id]["p50_ci"] == record["p50_ci"]
         assert seen[record_id] == record
         # What the hook changed reached nothing.

@@ -63,3 +63,11 @@ def test_a_session_runs_its_exit_handlers(pytester, tmp_path):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == 0
     assert marker.exists()
+
+
+def test_the_forkserver_forked_for_a_session_preloads_what_the_plugins_would():
+    from zygote import FORKSERVER_PRELOAD
+
+    from pytest_distbench.harness.local.world import PRELOAD
+
+    assert FORKSERVER_PRELOAD == PRELOAD

@@ -11,6 +11,13 @@ entry point, then its atexit handlers, then os._exit instead of the interpreter'
 What a session starts (the plugin's forkserver, its ranks, torchrun) is started as before,
 with the session's environment.
 
+The plugin's forkserver, which a local session starts as a new interpreter that imports torch
+(2.5 s of CPU on the 2-core VM, most of a small session's time), is forked from the session
+before pytest starts instead: the same multiprocessing forkserver, with the same preload, in
+the session's environment and directory, from a process that imported torch and nothing of the
+plugin yet. Sessions in a private network namespace start theirs as before (it must start
+inside the namespace), as do launcher-mode ranks (they start none).
+
 Set DISTBENCH_TEST_SUBPROCESS=1 to run every session as a plain subprocess instead.
 """
 
@@ -31,6 +38,12 @@ from pathlib import Path
 from leaks import TAG_VARIABLE
 
 PLAIN_SUBPROCESS_VARIABLE = "DISTBENCH_TEST_SUBPROCESS"
+# harness/local/world.PRELOAD (tests/test_zygote.py holds them equal): named here, since the
+# session must not import the plugin before pytest does (its asserts are rewritten on import).
+FORKSERVER_PRELOAD = ["torch", "torch.distributed", "pytest",
+                      "pytest_distbench.harness.ranks.loop",
+                      "pytest_distbench.harness.ranks.measure",
+                      "pytest_distbench.harness.local.forkserver_exit"]
 
 
 @dataclass
@@ -238,6 +251,8 @@ def _session(request: dict, base_path: list[str]) -> None:
         # multiprocessing re-imports __main__ in what it spawns unless it is a package's
         # __main__, as under `python -m pytest`.
         sys.modules["__main__"] = pytest.__main__
+        if _uses_the_plugins_forkserver(request["argv"], env):
+            _fork_the_forkserver()
         sys.argv = [pytest.__main__.__file__, *request["argv"]]
         import pytest
 
@@ -263,3 +278,44 @@ def _session(request: dict, base_path: list[str]) -> None:
             except Exception:
                 pass
         os._exit(code)
+
+
+def _uses_the_plugins_forkserver(argv: list[str], env: dict[str, str]) -> bool:
+    words = [*argv, *env.get("PYTEST_ADDOPTS", "").split()]
+    launched = any(k in env for k in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"))
+    return ("--distbench" in words and not launched
+            and not any(w.startswith("--distbench-private-network") for w in words))
+
+
+def _fork_the_forkserver() -> None:
+    """multiprocessing's forkserver (and its resource tracker) started as they always are,
+    except that each is a fork of this process running the code it would have been started
+    with, holding only the descriptors it would have been given."""
+    from multiprocessing import forkserver, util
+
+    spawn = util.spawnv_passfds
+
+    def fork_instead(path, args, passfds):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                keep = {0, 1, 2, *passfds}
+                for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass  # the listing's own descriptor, closed already
+                exec(args[args.index("-c") + 1], {"__name__": "__main__"})
+            except SystemExit:
+                pass
+            finally:
+                os._exit(0)
+        return pid
+
+    util.spawnv_passfds = fork_instead
+    try:
+        forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
+        forkserver.ensure_running()
+    finally:
+        util.spawnv_passfds = spawn
