@@ -179,17 +179,17 @@ def _validate_history(history: Any, where: str) -> None:
     if not isinstance(history, list):
         raise SchemaError(where, f"expected a list of earlier runs, got {json_type(history)}")
     for i, run in enumerate(history):
-        at = f"{where}[{i}]"
+        run_at = f"{where}[{i}]"
         if not isinstance(run, dict):
-            raise SchemaError(at, f"expected an object (one earlier run), got {json_type(run)}")
-        p50s = _expect(run, "p50_s", dict, at, "an object of benchmark id -> seconds")
+            raise SchemaError(run_at, f"expected an object (one earlier run), got {json_type(run)}")
+        p50s = _expect(run, "p50_s", dict, run_at, "an object of benchmark id -> seconds")
         for bid, value in p50s.items():
             if not (is_number(value) and value >= 0):
-                raise SchemaError(at(at, "p50_s"), f"{short(bid)}: expected seconds >= 0, "
+                raise SchemaError(at(run_at, "p50_s"), f"{short(bid)}: expected seconds >= 0, "
                                   f"got {short(value)}")
         for key in ("created", "torch"):
-            _optional_string(run, key, at)
-        _probe_field(run, at)
+            _optional_string(run, key, run_at)
+        _probe_field(run, run_at)
 
 
 def _optional_string(obj: dict[str, Any], key: str, where: str) -> None:
