@@ -177,8 +177,16 @@ EXTENDED = {
     "--distbench-store-backend=libuv":
         "the store barrier at every client count (tests/test_store_suite.py picks a backend)",
     "torchrun --standalone --nproc-per-node=4 -m pytest --distbench":
-        "four torchrun ranks on a built-in suite (docs/launchers.md runs four on a user's "
-        "file, and tests/test_launcher_run.py)",
+        "four torchrun ranks on the built-in suites (docs/launchers.md's four on a user's "
+        "file, also extended; tests/test_launcher_run.py runs torchrun at 2 and 3 ranks)",
+    "torchrun --standalone --nproc-per-node=4 -m pytest --distbench bench_comms.py":
+        "four torchrun ranks on a user's file (tests/test_launcher_run.py runs torchrun on a "
+        "user's file at 2 and 3 ranks)",
+    "pytest --distbench --world-size=3 --pyargs pytest_distbench.suites -k message_rate -v "
+    "--tensor-size=1MiB+1B --distbench-credits=1,5,10,100 --distbench-duration=30s "
+    "--distbench-report-every=5s":
+        "16 message-rate duration runs with live lines (tests/test_duration_live.py runs live "
+        "lines under -v, tests/test_p2p_suite.py the message rate with credits)",
 }
 
 
