@@ -181,6 +181,9 @@ def test_a_child_the_body_terminates_is_not_the_launchers_sigterm(pytester, leak
     assert "2 passed" in ranks[0].output
 
 
+# Extended: tests/test_plugin_failures.py ends xfail and a one-rank skip locally, and
+# test_other_ranks_run_tests_through_pytests_runner_with_the_same_outcomes a skip under srun.
+@pytest.mark.extended
 def test_torchrun_ends_xfail_and_a_skip_in_one_rank_as_pytest_would(pytester, leak_tag):
     """A skip in rank 2 only is a skip naming it, not rank 0's gloo error after rank 2 released
     it; pytest.xfail is an xfail on every rank (local mode: test_plugin_failures.py)."""

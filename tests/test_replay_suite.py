@@ -369,6 +369,9 @@ def test_names_from_a_trace_reach_the_table_without_escape_sequences():
         captured_backend="gloo"))]).splitlines())
 
 
+# Extended: tests/test_plugin_gate.py fails a real slowdown against stored runs, and
+# docs/replay.md's save and compare commands run a replay against its baseline.
+@pytest.mark.extended
 def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbench_run):
     """The issue's whole path in CI: three stored runs of a trace, then the same step with
     256 times the bytes (as a change that made it slower would) fails its own test, or,
