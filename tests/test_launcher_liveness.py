@@ -71,13 +71,13 @@ def _dead_child(reap: bool) -> int:
 
 
 def test_a_process_is_running_until_it_exits_zombie_or_reaped():
-    assert liveness.running(os.getpid())
+    assert liveness.is_running(os.getpid())
     zombie = _dead_child(reap=False)
     try:
-        assert not liveness.running(zombie)
+        assert not liveness.is_running(zombie)
     finally:
         os.waitpid(zombie, 0)
-    assert not liveness.running(zombie)
+    assert not liveness.is_running(zombie)
 
 
 def test_pids_count_only_where_this_rank_sees_its_own():

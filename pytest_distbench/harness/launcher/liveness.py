@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..ranks.leftovers import is_running
 from . import wire
 from .storechannel import StoreChannel
 
@@ -102,7 +102,7 @@ class Peers:
         found = []
         now = time.monotonic()
         for r in ranks:
-            if r in self.pids and not running(self.pids[r]):
+            if r in self.pids and not is_running(self.pids[r]):
                 found.append(r)
                 continue
             beat = channel.add(wire.beat(r), 0)
@@ -112,25 +112,6 @@ class Peers:
             elif now - last[1] >= silent_s:
                 found.append(r)
         return found
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and is no zombie (a launcher reaps its dead children late)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            # The state follows the command's closing parenthesis.
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass  # no /proc: ask the kernel whether the process exists
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def same_host_pids(hosts: dict[int, str], pids: dict[int, Any], here: str, rank: int,

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from ...settings import Settings
+from ..ranks.leftovers import is_running
 from ..wire import WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
-from .liveness import BEAT_S, GONE_VALUE, running
+from .liveness import BEAT_S, GONE_VALUE
 from .seal import Forged
 from .session import FAILURE_GRACE_S, LauncherSession
 from .storechannel import StoreChannel, StoreLost, open_store
@@ -51,7 +52,7 @@ class OtherRankSession(LauncherSession):
     def _wait_for_rank_0_to_exit(self, channel: StoreChannel) -> None:
         deadline = time.monotonic() + EXIT_AFTER_RANK_0_S
         if 0 in self.peers.pids:  # on this host: its process says, with no store call to cut
-            while running(self.peers.pids[0]) and time.monotonic() < deadline:
+            while is_running(self.peers.pids[0]) and time.monotonic() < deadline:
                 time.sleep(0.02)
             return
         try:

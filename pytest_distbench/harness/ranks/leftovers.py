@@ -127,7 +127,18 @@ def proc_stat(pid: int | None, index: int) -> str | None:
 
 
 def is_running(pid: int | None) -> bool:
-    """Whether the process runs: not gone, not a zombie waiting to be reaped."""
+    """Whether the process runs: not gone, not a zombie waiting to be reaped (a launcher
+    reaps its dead children late). Without /proc, whether the kernel knows the process."""
+    if pid is None:
+        return False
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
     return proc_stat(pid, 0) not in (None, "Z", "X")
 
 
