@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import replay_traces
 from launching import free_port
 from replay_traces import nccl_files
 
@@ -155,3 +156,17 @@ def test_a_damaged_real_profile_names_its_field(profiled, tmp_path):
         profiler.load([profiled / "rank0.json", tmp_path / "rank1.json"])
     with pytest.raises(TraceError, match="no file for rank 1 of the 2-rank world"):
         profiler.load([profiled / "rank0.json"])
+
+
+@pytest.mark.parametrize(("split", "how"), [("[4, 8, 4]", "uneven"), ("[4, 8", "unreadable"),
+                                             ('["a", 1]', "unreadable")])
+def test_an_all_to_all_it_cannot_replay_evenly_is_listed_not_read(tmp_path, split, how):
+    files = nccl_files(tmp_path)
+    for path in files:
+        data = json.loads(path.read_text())
+        data["traceEvents"][2] = replay_traces._param_comms(
+            1100.0, "alltoall_base", 1023, "[0, 1, 2]", **{"In split size": split})
+        path.write_text(json.dumps(data))
+    t = profiler.load(files)
+    assert sum(s.endswith(f": alltoall_base with {how} splits") for s in t.skipped) == 3
+    assert [c.op for c in t.calls[0]].count("all_to_all_single") == 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...units import MAX_WORLD_SIZE
 from . import trace as fmt
-from .fields import MAX_GROUPS, TraceError, index, read_json, type_name
+from .fields import MAX_DIMS, MAX_GROUPS, Fields, TraceError, index, read_json
 from .timeline import with_waits
 from .trace import Buffer, Call, Trace
 
@@ -115,12 +115,11 @@ class _Rank:
         if not isinstance(info, dict):
             raise TraceError(f"{where}: field 'distributedInfo' is missing (a profile of a "
                              "process that initialized torch.distributed has it)")
-        self.world = _field(info, "world_size", where, "distributedInfo.",
-                            lambda v: index(v, MAX_WORLD_SIZE) and v > 0,
-                            f"a world size of 1..{MAX_WORLD_SIZE}")
-        self.rank = _field(info, "rank", where, "distributedInfo.",
-                           lambda v: index(v, self.world - 1),
-                           f"a rank of the {self.world}-rank world")
+        fields = Fields(info, where, "distributedInfo.")
+        self.world = fields.integer("world_size", 1, MAX_WORLD_SIZE,
+                                    f"a world size of 1..{MAX_WORLD_SIZE}")
+        self.rank = fields.integer("rank", 0, self.world - 1,
+                                   f"a rank of the {self.world}-rank world")
         self.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
         configs = info.get("pg_config")
         self.pg_ranks = {tuple(sorted(c["ranks"])) for c in configs
@@ -217,13 +216,13 @@ class _Rank:
         if dtype is None:
             raise TraceError(f"{at}: field 'args.dtype': expected one of "
                              + ", ".join(sorted(DTYPES)))
-        sizes = [_field(args, k, at, "args.", index, "a number of elements")
+        sizes = [Fields(args, at, "args.").integer(k, what="a number of elements")
                  for k in ("In msg nelems", "Out msg nelems")]
         members = next(m for m, g in groups.items() if g == group)
-        if op == "all_to_all_single" and any(
-                isinstance(s, str) and len(set(json.loads(s) if s.startswith("[") else [])) > 1
-                for s in (args.get("In split size"), args.get("Out split size"))):
-            skipped.append(f"rank {self.rank} traceEvents[{i}]: {name} with uneven splits")
+        splits = [_splits(args.get(k)) for k in ("In split size", "Out split size")]
+        if op == "all_to_all_single" and any(s is None or len(set(s)) > 1 for s in splits):
+            how = "unreadable" if None in splits else "uneven"
+            skipped.append(f"rank {self.rank} traceEvents[{i}]: {name} with {how} splits")
             return None
         ins, outs = (Buffer(dtype, (sizes[0],)),), (Buffer(dtype, (sizes[1],)),)
         root = members[0] if op in fmt.ROOTED else None  # the root is not recorded
@@ -307,14 +306,6 @@ def _work_of(op: dict[str, Any], works: list[dict[str, Any]]) -> dict[str, Any] 
     return None
 
 
-def _field(data: dict[str, Any], key: str, where: str, prefix: str, ok: Any, what: str) -> Any:
-    value = data.get(key)
-    if key not in data or not ok(value):
-        raise TraceError(f"{where}: field '{prefix}{key}': expected {what}, got "
-                         f"{type_name(value) if key in data else 'nothing'}")
-    return value
-
-
 def _ts(e: dict[str, Any]) -> float:
     value = e.get("ts")
     return float(value) if isinstance(value, (int, float)) else 0.0
@@ -337,7 +328,21 @@ def _duration(e: dict[str, Any], at: str) -> float:
 
 def _shapes(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(
-        isinstance(s, list) and len(s) <= 16 and all(index(d) for d in s) for s in value)
+        isinstance(s, list) and len(s) <= MAX_DIMS and all(index(d) for d in s) for s in value)
+
+
+def _splits(value: Any) -> list[Any] | None:
+    """An all_to_all's split sizes as the profiler writes them ("[4, 4]"); [] where it wrote
+    none (an even split), None where it wrote something unreadable."""
+    if not (isinstance(value, str) and value.startswith("[")):
+        return []
+    try:
+        splits = json.loads(value)
+    except ValueError:
+        return None
+    if not (isinstance(splits, list) and all(isinstance(x, int) for x in splits)):
+        return None
+    return splits
 
 
 def _concrete(args: dict[str, Any], k: int) -> int | None:
