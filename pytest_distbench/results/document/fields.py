@@ -120,12 +120,11 @@ def _json_object(value: Any) -> Any:
     return json_safe(dict(value)) if isinstance(value, Mapping) else value
 
 
-def _summary(value: Any) -> Any:
-    return {k: plain_number(v) for k, v in value.items()} if isinstance(value, dict) else value
-
-
 def _if_dict(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: convert(v) if isinstance(v, dict) else v
+
+
+_summary = _if_dict(lambda value: {k: plain_number(v) for k, v in value.items()})
 
 
 # --- the checks -----------------------------------------------------------------------------
@@ -162,8 +161,8 @@ def _positive(v: Any, _: Mapping[str, Any]) -> bool:
     return is_number(v) and v > 0
 
 
-def _list_of(item: Callable[[Any], bool], non_empty: bool = False) -> Accepts:
-    return lambda v, _: isinstance(v, list) and (bool(v) or not non_empty) and all(map(item, v))
+def _list_of(item: Callable[[Any], bool]) -> Accepts:
+    return lambda v, _: isinstance(v, list) and all(map(item, v))
 
 
 def _of_peak(v: Any, _: Mapping[str, Any]) -> bool:
@@ -277,7 +276,7 @@ RECORD_FIELDS: dict[str, Field] = {
     "requested_nbytes": Field("a list of integers >= 0 (bytes)",
                               _list_of(lambda n: is_int(n) and n >= 0)),
     "samples": Field("a non-empty list of numbers (seconds, finite, >= 0)",
-                     _list_of(lambda v: is_number(v) and v >= 0, non_empty=True), plain=_floats),
+                     lambda v, _: is_time_list(v) and bool(v), plain=_floats),
     "invalid": Field("a list of broken rules (strings)", _list_of(lambda r: isinstance(r, str))),
     "incomplete": Field("an object with bound_s (seconds > 0) and reason (a string)",
                         _incomplete),
