@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 from _pytest.pathlib import make_numbered_dir
 from leaks import TAG_VARIABLE, processes_with_tag
-from zygote import ZygotePool, close_shared_pool, plain_subprocess, shared_pool
+from zygote import (
+    LAUNCHER_PREFIXES,
+    LAUNCHER_VARIABLES,
+    ZygotePool,
+    close_shared_pool,
+    plain_subprocess,
+    shared_pool,
+)
 
 try:
     # pytester restores sys.modules after each test, dropping modules first imported during
@@ -27,11 +34,6 @@ try:
 except ImportError:
     pass
 
-# A launcher's variables would put the sessions under test in launcher mode (this suite may
-# itself run inside a SLURM job or under torchrun): the tests set the ones they mean to.
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                      "MASTER_PORT", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
 
 
 # Every pytest this suite starts (pytester sessions, documented commands, torchrun and xdist

@@ -38,6 +38,12 @@ from pathlib import Path
 from leaks import TAG_VARIABLE
 
 PLAIN_SUBPROCESS_VARIABLE = "DISTBENCH_TEST_SUBPROCESS"
+# A launcher's variables put a session in launcher mode (this suite may itself run inside a
+# SLURM job or under torchrun: tests/conftest.py removes them; the tests set the ones they
+# mean to).
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+LAUNCHER_PREFIXES = ("TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_")
 # harness/local/world.PRELOAD (tests/test_zygote.py holds them equal): named here, since the
 # session must not import the plugin before pytest does (its asserts are rewritten on import).
 FORKSERVER_PRELOAD = ["torch", "torch.distributed", "pytest",
@@ -282,7 +288,7 @@ def _session(request: dict, base_path: list[str]) -> None:
 
 def _uses_the_plugins_forkserver(argv: list[str], env: dict[str, str]) -> bool:
     words = [*argv, *env.get("PYTEST_ADDOPTS", "").split()]
-    launched = any(k in env for k in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"))
+    launched = any(k in LAUNCHER_VARIABLES or k.startswith(LAUNCHER_PREFIXES) for k in env)
     return ("--distbench" in words and not launched
             and not any(w.startswith("--distbench-private-network") for w in words))
 
