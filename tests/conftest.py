@@ -44,15 +44,19 @@ except ImportError:
 CHILD_SESSION_OPTIONS = "-p no:hypothesispytest --distbench-revisits=0"
 
 
+# What pytest-xdist tells its workers; a session under test that inherited them would take
+# itself for an xdist worker (pytest-benchmark turns itself off in one).
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
 @pytest.fixture(scope="session", autouse=True)
-def child_sessions_without_hypothesis():
-    saved = os.environ.get("PYTEST_ADDOPTS")
-    os.environ["PYTEST_ADDOPTS"] = f"{saved or ''} {CHILD_SESSION_OPTIONS}".strip()
-    yield
-    if saved is None:
-        os.environ.pop("PYTEST_ADDOPTS", None)
-    else:
-        os.environ["PYTEST_ADDOPTS"] = saved
+def child_session_environment():
+    with pytest.MonkeyPatch.context() as patch:
+        saved = os.environ.get("PYTEST_ADDOPTS")
+        patch.setenv("PYTEST_ADDOPTS", f"{saved or ''} {CHILD_SESSION_OPTIONS}".strip())
+        for name in XDIST_VARIABLES:
+            patch.delenv(name, raising=False)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -144,3 +148,4 @@ def distbench_run(pytester: pytest.Pytester, leak_tag: str, request: pytest.Fixt
                                              timeout=timeout)
 
     return run
+

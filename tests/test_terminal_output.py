@@ -37,7 +37,8 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
                            "--distbench-report-every=0.01s")
     result.assert_outcomes(passed=13, skipped=6)
     lines = _plain(result.stdout.str())
-    too_wide = [line for line in lines if len(line) > WIDTH]
+    # pytest's own header names the session's folder, however long the test runner made it.
+    too_wide = [line for line in lines if len(line) > WIDTH and not line.startswith("rootdir: ")]
     assert not too_wide, "\n".join(too_wide)
     # Checks that found nothing, and the seed's block, only under -v.
     assert not any("rpc check" in line for line in lines)
