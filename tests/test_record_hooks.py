@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from launching import TORCHRUN, run_all
 
 from conftest import WITH_REVISITS
 
@@ -19,11 +20,27 @@ def test_sleep(distbench, ms):
     distbench.measure(lambda: time.sleep(ms / 1000))
 """
 
-# Every record as its hook saw it, then a hook that mutates and one that raises.
+# Every record as its hook saw it, then a hook that mutates and one that raises; and what the
+# stored gate's end-of-session comparison was handed (its per-test verdicts read the interval
+# so far, Session.view, by design).
 CONFTEST = """
 import json
+from pathlib import Path
 
-SEEN = []
+from pytest_distbench.results.comparison.gate import Gate
+
+_comparison = Gate.comparison
+
+
+def _comparison_seen(self, current_document, threshold):
+    with open(Path(__file__).parent / "gate.jsonl", "a") as seen:
+        for benchmark in current_document["benchmarks"]:
+            seen.write(json.dumps(benchmark["distbench"]) + "\\n")
+    return _comparison(self, current_document, threshold)
+
+
+Gate.comparison = _comparison_seen
+
 
 def pytest_distbench_record(config, record):
     with open(config.rootpath / "seen.jsonl", "a") as seen:
@@ -62,26 +79,66 @@ MODES = {
 }
 
 
+def _lines(path) -> dict[str, dict]:
+    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _launched(pytester, *args: str):
+    """The benchmarks under torchrun at 3 ranks (launcher mode), and the records of its file."""
+    out = pytester.path / "r.json"
+    [done] = run_all([(TORCHRUN + ["--standalone", "--nproc-per-node=3", "-m", "pytest",
+                                   "-p", "no:cacheprovider", "--distbench",
+                                   "--distbench-iterations=10",
+                                   f"--distbench-json={out}", *args], {})],
+                     pytester.path, timeout=300)
+    assert done.returncode == 0, done.output
+    assert "3 passed" in done.output, done.output
+    return {b["distbench"]["id"]: b["distbench"]
+            for b in json.loads(out.read_text())["benchmarks"]}
+
+
 @pytest.mark.parametrize("mode", [
     "local", pytest.param("ab", marks=pytest.mark.extended),
-    pytest.param("xdist", marks=pytest.mark.extended)])
-def test_the_hook_sees_the_sealed_record_and_cannot_change_the_results(pytester,
-                                                                        distbench_run, mode):
+    pytest.param("xdist", marks=pytest.mark.extended),
+    pytest.param("launcher", marks=pytest.mark.extended)])
+def test_the_gate_the_file_and_the_hook_read_one_sealed_interval(pytester, distbench_run,
+                                                                   leak_tag, mode):
+    """One interval per record, final, the same in the results file, in every hook and (where
+    a stored baseline can gate: not in A/B mode, which is its own baseline) in what the gate's
+    end-of-session comparison reads."""
     pytester.makeconftest(CONFTEST)
-    extra, basis = MODES[mode]
-    result, records = _run(pytester, distbench_run, *extra)
-    result.assert_outcomes(passed=3)
-    seen = {r["id"]: r for r in map(json.loads, (pytester.path / "seen.jsonl").read_text()
-                                    .splitlines())}
+    gated = mode != "ab"
+    if gated:
+        pytester.makepyfile(BENCH)
+        saved = distbench_run("--distbench", "--world-size=3", "--distbench-iterations=10",
+                              "--distbench-save=before")
+        saved.assert_outcomes(passed=3)
+        for spent in ("seen.jsonl", "gate.jsonl"):
+            (pytester.path / spent).unlink(missing_ok=True)
+    compare = ["--distbench-compare=before"] if gated else []
+    if mode == "launcher":
+        pytester.makepyfile(BENCH)
+        records, basis = _launched(pytester, *compare), "session"
+    else:
+        extra, basis = MODES[mode]
+        result, records = _run(pytester, distbench_run, *extra, *compare)
+        result.assert_outcomes(passed=3)
+    seen = _lines(pytester.path / "seen.jsonl")
     assert seen.keys() == records.keys()
+    gate = _lines(pytester.path / "gate.jsonl") if gated else {}
+    assert gate.keys() == (records.keys() if gated else set())
     for record_id, record in records.items():
-        # One interval: final, the same in the hook and in the file.
+        # One interval: final, the same in the hook, in the file and in the gate.
         assert record["p50_ci"]["basis"] == basis
         assert seen[record_id]["p50_ci"] == record["p50_ci"]
         assert seen[record_id] == record
+        if gated:
+            assert gate[record_id]["p50_ci"] == record["p50_ci"]
         # What the hook changed reached nothing.
         assert record["name"] != "renamed" and record["summary"]["p50"] != 123.0
         assert isinstance(record["samples"], list)
+    if mode == "launcher":  # a launched session cannot revisit: the run's own interval, named
+        assert all(r["p50_ci"]["noise_missing"] == "launcher" for r in records.values())
 
 
 @pytest.mark.parametrize("mode", ["local", "ab"])
