@@ -250,6 +250,9 @@ def _session(request: dict, base_path: list[str]) -> None:
         env = request["env"]
         os.environ.clear()
         os.environ.update(env)  # what the session starts inherits it, as from a subprocess
+        # What an interpreter reads from its environment at start, as a new one would.
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
         # `python -m pytest` puts its directory first, then PYTHONPATH.
         extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *base_path]
