@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _png_ok(path: Path) -> None:
+    import matplotlib.image  # not imported by `import matplotlib`: only after a plot was drawn
     from PIL import Image
 
     with Image.open(path) as image:
