@@ -182,6 +182,17 @@ EXTENDED = {
     "torchrun --standalone --nproc-per-node=4 -m pytest --distbench bench_comms.py":
         "four torchrun ranks on a user's file (tests/test_launcher_run.py runs torchrun on a "
         "user's file at 2 and 3 ranks)",
+    "pytest -n 2 --distbench --distbench-json=run.json bench_comms.py":
+        "two xdist workers on a user's file (tests/test_xdist.py runs a user's file under two "
+        "workers and checks every record and file)",
+    "pytest --distbench --distbench-baseline-python=../main/.venv/bin/python":
+        "A/B mode against another installation's interpreter (tests/test_plugin_ab.py runs "
+        "--distbench-baseline-python against an installation of its own)",
+    "pytest --distbench --world-size=2 --pyargs pytest_distbench.suites -k p2p":
+        "the p2p suite at every default size (tests/test_p2p_suite.py runs it at two ranks, "
+        "its sizes chosen)",
+    "pytest --distbench --world-size=2,4,8 --distbench-plot=plots/":
+        "plots of a 2,4,8 sweep (README's 2,4 plot command runs quickly)",
     "pytest --distbench --world-size=3 --pyargs pytest_distbench.suites -k message_rate -v "
     "--tensor-size=1MiB+1B --distbench-credits=1,5,10,100 --distbench-duration=30s "
     "--distbench-report-every=5s":
