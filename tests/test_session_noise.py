@@ -247,3 +247,20 @@ def test_a_point_whose_runs_flip_between_regimes_is_named_and_its_interval_spans
     result.stdout.fnmatch_lines([
         "points whose runs in this session fell into different regimes (their ± spans them):",
         "  test_flips ws3 (test_flips[[]gloo-ws3[]]): runs at * us (3 runs) and * us (3 runs)"])
+
+
+def test_a_rate_is_a_stratum_apart_from_the_p50_times_of_its_family():
+    """p2p bandwidth's rate over the timed region spread 5.7 % between runs where p2p
+    latency's p50 spread 29 % (benchmarks/bench_coverage.py): one pooled noise gave the rate
+    3.4x the ± it needed and the latency 0.66x."""
+    from types import SimpleNamespace
+
+    from pytest_distbench.harness.controller.revisits import stratum_of
+
+    settings = SimpleNamespace(iterations=None, duration=None, budget=0.5)
+    latency = {**_record(2e-4), "family": "p2p_latency", "backend": "gloo", "world_size": 2}
+    bandwidth = {**latency, "family": "p2p_bandwidth",
+                 "figures": {"headline_statistic": "mean", "msgs_per_s": 8000.0,
+                             "rate_ci_pct": 3.0}}
+    assert stratum_of(latency, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms"
+    assert stratum_of(bandwidth, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms, rates"

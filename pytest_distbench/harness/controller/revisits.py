@@ -34,6 +34,7 @@ from ...results.document.session_intervals import (
     SO_FAR,
     Evidence,
     headline,
+    is_rate,
     rounds_evidence,
 )
 from ...results.rendering.fit import wrap
@@ -206,7 +207,9 @@ class Revisits:
 
 def stratum_of(record: Record, settings: Any) -> str:
     """'collectives gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
-    run-to-run noise."""
+    run-to-run noise. A rate over the whole timed region (p2p bandwidth) is a stratum apart
+    from the p50 times of its family: pooled with p2p latency's, its ± was 3.4x what its runs
+    needed and the latency's 0.66x (benchmarks/bench_coverage.py, docs/user-guide.md)."""
     family = registry.family_of(record["family"]) or record["family"]
     if getattr(settings, "iterations", None):
         length = f"{settings.iterations} iterations"
@@ -215,7 +218,8 @@ def stratum_of(record: Record, settings: Any) -> str:
     else:
         length = f"{settings.budget:g} s budget"
     scale = time_class(record["summary"]["p50"])
-    return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}"
+    kind = ", rates" if is_rate(record) else ""
+    return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}{kind}"
 
 
 def _figures(runs: Sequence[Record]) -> list[float]:
