@@ -192,10 +192,14 @@ def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request,
     saved = os.environ.get(TAG_VARIABLE)
     os.environ[TAG_VARIABLE] = tag
     run = Runner(template, tmp_path_factory.mktemp("docs-runs"), zygotes)
-    for item in request.session.items:
-        command = getattr(item, "callspec", None) and item.callspec.params.get("command")
-        if isinstance(command, Command) and item.get_closest_marker("skip") is None:
-            run.submit(command)
+    # An xdist worker holds every collected item but runs the ones it is sent: started here,
+    # each worker ran every command (73 s of the last one's teardown); there each test
+    # starts its own, and the workers run side by side.
+    if not hasattr(request.config, "workerinput"):
+        for item in request.session.items:
+            command = getattr(item, "callspec", None) and item.callspec.params.get("command")
+            if isinstance(command, Command) and item.get_closest_marker("skip") is None:
+                run.submit(command)
     yield run
     run.pool.shutdown(wait=True)
     if saved is None:
