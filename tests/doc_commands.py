@@ -191,6 +191,10 @@ EXTENDED = {
     "pytest --distbench --world-size=2 --pyargs pytest_distbench.suites -k p2p":
         "the p2p suite at every default size (tests/test_p2p_suite.py runs it at two ranks, "
         "its sizes chosen)",
+    "pytest-distbench capture --out trace --steps 1,2 -- torchrun --standalone "
+    "--nproc-per-node=2 benchmarks/replay_programs.py ddp":
+        "a torchrun DDP step captured (tests/test_replay_trace.py captures a torchrun DDP launch "
+        "at three ranks through the same command)",
     "pytest --distbench --world-size=2,4,8 --distbench-plot=plots/":
         "plots of a 2,4,8 sweep (README's 2,4 plot command runs quickly)",
     "pytest --distbench --world-size=3 --pyargs pytest_distbench.suites -k message_rate -v "

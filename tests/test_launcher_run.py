@@ -64,7 +64,10 @@ def _check_run(output: str, path, launcher: str, ranks: int) -> None:
             "launcher") in output
 
 
-@pytest.mark.parametrize("nproc", [2, pytest.param(4, marks=pytest.mark.slow)])
+# Two ranks on one node: what test_torchrun_two_nodes_on_one_machine checks (_check_run) with
+# one torchrun agent instead of two, so with the extended set; four with the slow one.
+@pytest.mark.parametrize("nproc", [pytest.param(2, marks=pytest.mark.extended),
+                                   pytest.param(4, marks=pytest.mark.slow)])
 def test_torchrun_one_node(pytester, leak_tag, nproc):
     pytester.makepyfile(BENCH)
     path = pytester.path / "run.json"
