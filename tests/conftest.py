@@ -26,6 +26,14 @@ from zygote import (
     shared_pool,
 )
 
+# A suite started in the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and
+# so would every session it starts: the tests that press Ctrl-C on a session would wait in
+# vain (the product rightly leaves an ignored SIGINT ignored). Sessions under test start as
+# from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to restore there
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 try:
     # pytester restores sys.modules after each test, dropping modules first imported during
     # it; numpy refuses a second import in one process ("cannot load module more than once"),
