@@ -209,11 +209,14 @@ def test_rank_output_is_shown_on_failure_prefixed_with_rank(pytester, distbench_
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
                          ids=["ctrl-c", "sigterm", "kill-9"])
-def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_tag, signum):
+def test_controller_interrupted_or_killed_leaves_no_rank_behind(pytester, leak_tag, signum,
+                                                                 request):
     ready = pytester.path / "ready"
     ready.mkdir()
     # The session's TMPDIR (rank logs, the forkserver's folder); short: a socket lives there.
+    # Removed however the test ends (its own check below reads it first).
     tmp = Path(tempfile.mkdtemp(prefix="dbt-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     pytester.makepyfile(
         f"""
         import os, time, pytest
