@@ -160,4 +160,3 @@ def distbench_run(pytester: pytest.Pytester, leak_tag: str, request: pytest.Fixt
                                              timeout=timeout)
 
     return run
-

@@ -76,7 +76,7 @@ def test_real_slowdown_against_stored_runs_fails_its_own_test_with_the_figures(
     monkeypatch.setenv("DISTBENCH_TEST_SLOW", "9.0")  # 10x the wait: past any drift here
     result = distbench_run("--distbench", "--distbench-compare=main", "-rf",
                            "--distbench-threshold=300%")
-    # test_tolerant allows 990 % through its marker (10x the wait reads about +830 %): only
+    # test_tolerant allows 990 % through its marker (10x the wait read +872 %): only
     # test_work regresses.
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([

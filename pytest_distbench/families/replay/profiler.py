@@ -216,7 +216,8 @@ class _Rank:
         if dtype is None:
             raise TraceError(f"{at}: field 'args.dtype': expected one of "
                              + ", ".join(sorted(DTYPES)))
-        sizes = [Fields(args, at, "args.").integer(k, what="a number of elements")
+        fields = Fields(args, at, "args.")
+        sizes = [fields.integer(k, what="a number of elements")
                  for k in ("In msg nelems", "Out msg nelems")]
         members = next(m for m, g in groups.items() if g == group)
         splits = [_splits(args.get(k)) for k in ("In split size", "Out split size")]

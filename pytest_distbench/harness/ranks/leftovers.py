@@ -31,6 +31,8 @@ __all__ = ["GRACE_S", "Snapshot", "snapshot", "left_behind", "process_group_gone
 
 # What a body just stopped may still need to end (a joined-late thread, a terminated child).
 GRACE_S = 1.0
+# Whether this system has /proc (a process's state is read there); asked once, not per poll.
+HAS_PROC = os.path.isdir("/proc/self")
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def is_running(pid: int | None) -> bool:
     reaps its dead children late). Without /proc, whether the kernel knows the process."""
     if pid is None:
         return False
-    if not os.path.isdir("/proc/self"):
+    if not HAS_PROC:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
