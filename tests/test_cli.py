@@ -21,6 +21,10 @@ from pytest_distbench import cli
 from pytest_distbench.results.document import history, make_document, write_document
 from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
 
+# One xdist worker runs the module (--dist=loadgroup, pyproject.toml): its module fixture
+# (every CLI process started together, 8 s) would run again in each worker.
+pytestmark = pytest.mark.xdist_group("test_cli")
+
 REPO = Path(__file__).resolve().parents[1]
 
 def samples(median: float, seed: int, n: int = 60) -> list[float]:

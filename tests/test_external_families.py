@@ -231,6 +231,9 @@ def test_codec(distbench):
 """
 
 
+# Extended: the entry-point tests above find a family through a distribution laid out as an
+# installer leaves it, and draw its table; this one builds and pip-installs one (14 s).
+@pytest.mark.extended
 def test_an_installed_family_package_is_used(tmp_path):
     """A distribution of its own, pip-installed into a venv of its own (the suite's venv is
     left as it was), is found through its entry point in a real session."""

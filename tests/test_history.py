@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
@@ -24,8 +24,10 @@ def run_document(scale: float) -> dict:
     return document.make_document([benchmark_record(1024, samples)], ENVIRONMENT, ["pytest"])
 
 
-# Up to 15 runs into at most 12 kept: every case of dropping the oldest, at 0.02 s a run.
-@settings(max_examples=20, deadline=None)
+# Up to 15 runs into at most 12 kept: the cases of dropping the oldest, at 0.02 s a run.
+@settings(max_examples=8, deadline=None)
+@example(runs=15, keep=12).via("the most dropped")
+@example(runs=3, keep=3).via("exactly full")
 @given(st.integers(min_value=1, max_value=15), st.integers(min_value=1, max_value=12))
 def test_append_keeps_the_last_runs_oldest_first(runs, keep):
     stored = None

@@ -79,6 +79,10 @@ def test_torchrun_one_node(pytester, leak_tag, nproc):
     _check_run(done.output, path, "torchrun", nproc)
 
 
+# Extended: tests/test_modes_report.py's launcher mode has a test fail on rank 1 under a
+# launcher (its traceback in rank 0's report), and the sigkill-no-collective-3-ranks case
+# below has rank 0 report after torchrun stops the others.
+@pytest.mark.extended
 def test_torchrun_keeps_rank_0s_report_when_a_test_fails_on_another_rank(pytester, leak_tag):
     """torchrun stops every rank once one exits non-zero: no rank may exit before rank 0 has
     printed its report, and all exit with rank 0's status."""
@@ -129,7 +133,10 @@ DIES_UNDER_TORCHRUN = """
 
 
 @pytest.mark.parametrize("nproc, death, communicate", [
-    (2, "os.kill(os.getpid(), signal.SIGKILL)", True),
+    # Extended: rank 0 learns of the death from its failing barrier; the 3-rank case below is
+    # told by the launcher alone, and local mode's dying ranks (tests/test_plugin_failures.py)
+    # fail a collective.
+    pytest.param(2, "os.kill(os.getpid(), signal.SIGKILL)", True, marks=pytest.mark.extended),
     # No collective fails on rank 0: only the launcher's SIGTERM tells it; rank 2, stopped
     # by the launcher, is not named dead.
     (3, "os.kill(os.getpid(), signal.SIGKILL)", False),
@@ -461,6 +468,9 @@ LIVE_BENCH = textwrap.dedent("""
 """)
 
 
+# Extended: tests/test_duration_live.py times the live lines' arrival with capture on, and
+# tests/test_modes_report.py's launcher mode keeps a duration run's live reports.
+@pytest.mark.extended
 def test_torchrun_live_reports_reach_rank_0s_terminal_while_the_test_runs(pytester, leak_tag):
     """Launcher mode: rank 0 is the reporting process; its reporter's lines appear on its
     terminal one interval apart during the test, with pytest's output capture on."""

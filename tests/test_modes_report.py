@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from launching import launch
 
 BENCH = """
@@ -61,7 +60,6 @@ def test_local_mode(pytester, distbench_run):
     _check(result.stdout.str(), _records(out))
 
 
-@pytest.mark.slow
 def test_launcher_mode(pytester, leak_tag):
     pytester.makepyfile(test_bench=BENCH)
     out = pytester.path / "out.json"

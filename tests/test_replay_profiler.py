@@ -19,6 +19,10 @@ from pytest_distbench.families.replay import profiler, timeline
 from pytest_distbench.families.replay.reading import read
 from pytest_distbench.families.replay.trace import TraceError
 
+# One xdist worker runs the module (--dist=loadgroup, pyproject.toml): its module fixture
+# (a real profiled DDP step, 10-14 s) would run again in each worker.
+pytestmark = pytest.mark.xdist_group("test_replay_profiler")
+
 PROFILED = textwrap.dedent("""
     import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
     from torch.profiler import ProfilerActivity, profile, schedule

@@ -279,7 +279,8 @@ def test_cli_plot_errors_are_one_line(tmp_path):
 def test_cli_plot_shows_names_from_a_file_without_control_characters(tmp_path):
     """A hostile file's names reach the terminal as `compare` shows them: an escape sequence
     in a backend (a plot's title) or a file name (a comparison's title) is not sent raw."""
-    records = plot_data.collectives()
+    # One family's plot: the names are the point, not how many plots are drawn.
+    records = [r for r in plot_data.collectives() if r["family"] == "all_reduce"]
     for record in records:
         record["backend"] = "gloo\x1b]0;owned\x07\x1b[2J"
     run = tmp_path / "run\x1b[31m.json"

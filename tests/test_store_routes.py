@@ -10,6 +10,10 @@ import torch.distributed as dist
 
 from pytest_distbench.families.store import routes
 
+# One xdist worker runs the module (--dist=loadgroup, pyproject.toml): its module fixture
+# (every store route checked) would run again in each worker.
+pytestmark = pytest.mark.xdist_group("test_store_routes")
+
 
 @pytest.fixture(scope="module")
 def checked():
