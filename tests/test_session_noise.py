@@ -276,29 +276,3 @@ def test_a_stratum_is_one_operation_and_a_rate_one_apart_from_p50_times():
         "p2p_bandwidth gloo ws2 0.5 s budget, 100 us-10 ms, rates")
     gather, reduce = ({**latency, "family": name} for name in ("all_gather", "all_reduce"))
     assert stratum_of(gather, settings) != stratum_of(reduce, settings)
-
-
-def test_each_tables_title_gives_the_noise_of_its_own_strata_widest_first():
-    """One operation's noise is in its own table's title, named by what the title does not
-    say; another operation's table carries its own, and markdown's heading says the same."""
-    from pytest_distbench.results.rendering import markdown, table
-
-    def measured(p50, family, stratum, sd):
-        record = {**_record(p50), "family": family, "id": f"{family}-{p50}",
-                  "name": f"{family}-{p50}"}
-        return with_interval(record, Evidence(SESSION, RunNoise(sd, 5, 7, 2), stratum))
-
-    rows = [measured(2e-4, "all_gather", "all_gather gloo ws2 0.5 s budget, 100 us-10 ms", 0.02),
-            measured(3e-2, "all_gather", "all_gather gloo ws2 0.5 s budget, 10 ms-1 s", 0.1),
-            measured(2e-4, "all_reduce", "all_reduce gloo ws2 0.5 s budget, 100 us-10 ms", 0.2)]
-    quiet, noisy, other = (pct_text(r["p50_ci"]["run_noise"]["half_width_pct"]) for r in rows)
-    text = unwrapped(table.render_tables(rows))
-    assert (f"# all_gather  backend=gloo  ranks=2  device=cpu  | {table.HEADLINE}  | run-to-run "
-            f"noise {noisy} (0.5 s budget, 10 ms-1 s), {quiet} (0.5 s budget, 100 us-10 ms)\n"
-            ) in text, text
-    assert (f"# all_reduce  backend=gloo  ranks=2  device=cpu  | {table.HEADLINE}  | run-to-run "
-            f"noise {other} (0.5 s budget, 100 us-10 ms)\n") in text, text
-    assert (f"· run-to-run noise {other} (0.5 s budget, 100 us-10 ms)\n"
-            in markdown.render(rows))
-    assert noise_line(rows).endswith("each table's title gives its strata's (95 %, the noise "
-                                     "alone)")

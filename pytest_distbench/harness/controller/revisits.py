@@ -1,8 +1,8 @@
 """Revisits: some points run once more later in the session, so that the session measures its
 own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
 
-A record's stratum is its operation (the record's family: all_gather, p2p_latency), backend,
-world size, run length (a count, a duration or a budget) and time scale (noise.time_class): the noise of one stratum is pooled over the runs
+A record's stratum is its family, backend, world size, run length (a count, a duration or a
+budget) and time scale (noise.time_class): the noise of one stratum is pooled over the runs
 of its revisited points, less those whose runs are their own story (a flip, a stall:
 noise.own_spread_points). Right after a point, the latest point of its stratum measured at
 least REVISIT_GAP_S ago is run again, at most once per REVISIT_GAP_S and `per_group` times

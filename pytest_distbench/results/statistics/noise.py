@@ -4,7 +4,7 @@ A run's samples tell how well the figure is known while that run lasts; on a sha
 oversubscribed machine the next run of the same point lands somewhere else (an offset of its
 own: a scheduler regime, a cache state, a neighbour's load). The session measures that spread
 itself: some points run again later in the session (revisits), and the spread of log figure
-between runs of the same point, pooled over a stratum of similar points (one operation, backend,
+between runs of the same point, pooled over a stratum of similar points (one family, backend,
 world size and run length, and one time scale: TIME_CLASSES), is that stratum's run-to-run
 noise. A point whose own runs spread far more than its neighbours' (a regime flip, a stall)
 is left out of the pool (own_spread_points): its interval spans its own runs instead, and its
