@@ -206,14 +206,11 @@ class Revisits:
 
 
 def stratum_of(record: Record, settings: Any) -> str:
-    """'all_gather gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
-    run-to-run noise. One operation (the record's own family: all_gather, p2p_latency, a
-    user's name), not its group: all_gather 64 KiB's runs spread 6.5 % where all_reduce's of
-    the same time scale spread 16-26 %, and pooled with them its ± was 4.7x what it needed. A
-    rate over the whole timed region (p2p bandwidth) is a stratum apart from p50 times:
-    pooled with p2p latency's, its ± was 3.4x what its runs needed and the latency's 0.66x
-    (benchmarks/bench_coverage.py, docs/user-guide.md)."""
-    family = record["family"]
+    """'collectives gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
+    run-to-run noise. A rate over the whole timed region (p2p bandwidth) is a stratum apart
+    from the p50 times of its family: pooled with p2p latency's, its ± was 3.4x what its runs
+    needed and the latency's 0.66x (benchmarks/bench_coverage.py, docs/user-guide.md)."""
+    family = registry.family_of(record["family"]) or record["family"]
     if getattr(settings, "iterations", None):
         length = f"{settings.iterations} iterations"
     elif getattr(settings, "duration", None):

@@ -16,7 +16,7 @@ from ..document.io import append_output
 from ..document.record import Record
 from . import table
 from .fit import printable
-from .noise import noise_lines, table_noise
+from .noise import noise_lines
 
 
 def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
@@ -32,12 +32,10 @@ def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
         note = table.placement_note(placement)
         said = table.headline(family)
         timing = table.timing_note(rows)
-        noise = table_noise(rows)
         lines += [f"### {_cell(family)} · backend {_cell(backend)} · {world_size} ranks · "
                   f"{_cell(device)}" + (f" · {note}" if note else "")
                   + (f" · {timing}" if timing else "")
-                  + (f" · {_cell(said)}" if said else "")
-                  + (f" · {_cell(noise)}" if noise else ""), ""]
+                  + (f" · {_cell(said)}" if said else ""), ""]
         if registry.table_style(family) is None:
             lines += _table_and_notes(table.family_text(family, rows, "github", memory=memory))
         else:

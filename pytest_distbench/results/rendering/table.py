@@ -12,7 +12,6 @@ from ...units import size_cell
 from .. import peaks
 from ..document.record import Record
 from . import ci, fit, names
-from .noise import table_noise
 from .plot_spec import bandwidth_cell
 
 GroupKey = tuple[str, str, int, str, str]  # family, backend, world size, device, placement
@@ -55,9 +54,8 @@ def headline(family: str) -> str | None:
 
 
 def title(family: str, backend: str, world_size: int, device: str, placement: str,
-          timing: str | None = None, noise: str | None = None) -> str:
-    """`# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of ...  | run-to-run
-    noise ± 11 % (0.5 s budget, 100 us-10 ms)`"""
+          timing: str | None = None) -> str:
+    """`# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of ...`"""
     text = f"# {family}  backend={backend}  ranks={world_size}  device={device}"
     note = placement_note(placement)
     if note:
@@ -65,7 +63,7 @@ def title(family: str, backend: str, world_size: int, device: str, placement: st
     if timing:
         text += f"  ({timing})"
     said = headline(family)
-    return text + (f"  | {said}" if said else "") + (f"  | {noise}" if noise else "")
+    return text + (f"  | {said}" if said else "")
 
 
 def render_tables(records: Iterable[Record], *, memory: bool = False,
@@ -77,7 +75,7 @@ def render_tables(records: Iterable[Record], *, memory: bool = False,
     for (family, backend, world_size, device, placement), rows in grouped(records):
         try:
             title_line = title(family, backend, world_size, device, placement,
-                               timing_note(rows), table_noise(rows))
+                               timing_note(rows))
         except Exception as exc:  # noqa: BLE001 - the title's failure must not lose the rows
             title_line = f"# {family}  backend={backend}  ranks={world_size}: {_failed(exc)}"
         text = family_text(family, rows, memory=memory, details=details)
