@@ -88,3 +88,24 @@ def test_ab_mode_under_a_launcher_is_refused(pytester, leak_tag):
         assert rank.returncode == 4, rank.output  # pytest's usage error
     assert "A/B mode starts both variants' worlds itself and cannot run under a launcher" \
         in ranks[0].output
+
+
+def test_xdist_workers_under_a_launcher_are_refused_and_a_dist_option_alone_is_not(pytester,
+                                                                                  leak_tag):
+    """`-n` under a launcher is refused (one pytest per rank already); `--dist=loadgroup`
+    alone, as a project's addopts carry it, starts no worker and runs (it was refused: this
+    repository's own addopts broke its README's torchrun command)."""
+    pytester.makepyfile(test_quick="""
+        import pytest
+
+        @pytest.mark.distbench(iterations=3)
+        def test_quick(distbench):
+            distbench.measure(lambda: None)
+    """)
+    refused = launch(pytester.path, "slurm", 2, ["--distbench", "-n", "2"], timeout=120)
+    assert [r.returncode for r in refused] == [4, 4], refused[0].output  # a usage error
+    assert ("launcher mode (slurm, 2 processes) and pytest-xdist (-n) cannot be combined"
+            in refused[0].output), refused[0].output
+    ran = launch(pytester.path, "slurm", 2, ["--distbench", "--dist=loadgroup"], timeout=120)
+    assert [r.returncode for r in ran] == [0, 0], ran[0].output
+    assert "1 passed" in ran[0].output

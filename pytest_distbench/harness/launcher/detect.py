@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pytest
 
 from ...units import MAX_WORLD_SIZE
+from ..xdist.mode import hands_out_tests, is_worker
 
 # Port of the rendezvous store when the launcher names none (SLURM, MPI without MASTER_PORT).
 DEFAULT_PORT = 29500
@@ -315,9 +316,7 @@ def resolve(config: pytest.Config, mode: str) -> LaunchEnv | None:
                 f"{EXPECTED}); start pytest with torchrun, srun or mpirun, or use "
                 "--distbench-launcher=auto")
         return None
-    xdist = getattr(config, "workerinput", None) is not None or (
-        config.getoption("dist", "no") not in (None, "no"))
-    if xdist:
+    if is_worker(config) or hands_out_tests(config):
         raise pytest.UsageError(
             f"launcher mode ({launch.launcher}, {launch.world_size} processes) and pytest-xdist "
             "(-n) cannot be combined: the launcher already runs one pytest per rank")

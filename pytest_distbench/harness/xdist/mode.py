@@ -25,10 +25,16 @@ def worker_count(config: pytest.Config) -> int:
     return len(config.getoption("tx", None) or [])
 
 
+def hands_out_tests(config: pytest.Config) -> bool:
+    """Whether this process hands its tests to xdist workers: `-n N` or `--tx`; `--dist`
+    alone (a project's addopts, `--dist=loadgroup`) starts no worker."""
+    return (not is_worker(config) and config.getoption("dist", "no") not in (None, "no")
+            and worker_count(config) > 0)
+
+
 def is_controller(config: pytest.Config) -> bool:
     """The process that hands tests to xdist workers and runs none itself."""
-    return (not is_worker(config) and config.getoption("dist", "no") not in (None, "no")
-            and worker_count(config) > 0 and not config.getoption("collectonly", False))
+    return hands_out_tests(config) and not config.getoption("collectonly", False)
 
 
 def configure(config: pytest.Config, session: Any) -> None:
