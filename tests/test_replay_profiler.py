@@ -48,7 +48,9 @@ PROFILED = textwrap.dedent("""
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2)
+        # Forked ranks share the program's torch import (spawned ones import it again).
+        mp.start_processes(main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2,
+                           start_method="fork")
 """)
 GRADIENT_BYTES = 4 * (64 * 64 + 64 + 64 * 4 + 4)
 
