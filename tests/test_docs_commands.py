@@ -39,6 +39,8 @@ from leaks import TAG_VARIABLE, processes_with_tag
 from replay_traces import nccl_files, two_rank_trace, written
 from zygote import ZygotePool
 
+from pytest_distbench.harness.xdist.mode import is_worker
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = documented_commands(ROOT)
 TIMEOUT_S = 420
@@ -195,7 +197,7 @@ def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request,
     # An xdist worker holds every collected item but runs the ones it is sent: started here,
     # each worker ran every command (73 s of the last one's teardown); there each test
     # starts its own, and the workers run side by side.
-    if not hasattr(request.config, "workerinput"):
+    if not is_worker(request.config):
         for item in request.session.items:
             command = getattr(item, "callspec", None) and item.callspec.params.get("command")
             if isinstance(command, Command) and item.get_closest_marker("skip") is None:
