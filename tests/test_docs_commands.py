@@ -45,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = documented_commands(ROOT)
 TIMEOUT_S = 420
 PARALLEL = 3
+# Under xdist the documented commands are one group (--dist=loadgroup, pyproject.toml): the
+# worker that runs them starts them all at once, PARALLEL at a time, and the commands that read
+# the same (README.md and docs/gating.md give several twice) run once, as without xdist.
+GROUP = pytest.mark.xdist_group("docs_commands")
 
 USER_BENCHMARK = '''
 import pytest
@@ -65,7 +69,7 @@ def _params() -> list:
     out = []
     for command in COMMANDS:
         elsewhere, slow = where_not(command), why_slow(command)
-        marks = [pytest.mark.skip(reason=elsewhere)] if elsewhere else []
+        marks = [GROUP, *([pytest.mark.skip(reason=elsewhere)] if elsewhere else [])]
         if slow:
             marks.append(pytest.mark.slow)
         elif why_extended(command, COMMANDS):
@@ -194,10 +198,11 @@ def runner(template: Path, tmp_path_factory: pytest.TempPathFactory, request,
     saved = os.environ.get(TAG_VARIABLE)
     os.environ[TAG_VARIABLE] = tag
     run = Runner(template, tmp_path_factory.mktemp("docs-runs"), zygotes)
-    # An xdist worker holds every collected item but runs the ones it is sent: started here,
-    # each worker ran every command (73 s of the last one's teardown); there each test
-    # starts its own, and the workers run side by side.
-    if not is_worker(request.config):
+    # An xdist worker holds every collected item but runs the ones it is sent: it is sent them
+    # all when they are one group (GROUP); otherwise (`--dist=load`) each test starts its own
+    # (started here, each worker ran every command: 73 s of the last one's teardown).
+    config = request.config
+    if not is_worker(config) or config.getoption("dist", "no") == "loadgroup":
         for item in request.session.items:
             command = getattr(item, "callspec", None) and item.callspec.params.get("command")
             if isinstance(command, Command) and item.get_closest_marker("skip") is None:
