@@ -161,7 +161,7 @@ def test_a_session_that_starts_while_another_exits_leaves_its_folder_alone(pytes
 
 
 def test_folders_of_a_killed_session_are_removed_by_the_next_one_a_live_ones_kept(
-        pytester, leak_tag):
+        pytester, leak_tag, zygotes):
     """SIGKILL of a controller leaves distbench-ranks-* and pymp-*; the next session removes
     them, and leaves those of a session that still runs beside it alone."""
     tmp = Path(tempfile.mkdtemp(prefix="dbt-"))  # short: the forkserver's socket lives there
@@ -190,10 +190,10 @@ def test_folders_of_a_killed_session_are_removed_by_the_next_one_a_live_ones_kep
             def test_quick(distbench):
                 distbench.measure(lambda: None)
         """)
-        done = subprocess.run(
+        done = zygotes.run_command(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distbench",
-             "test_quick.py"], cwd=pytester.path, capture_output=True, text=True,
-            env={**os.environ, "TMPDIR": str(tmp)}, timeout=120)
+             "test_quick.py"], cwd=pytester.path, env={**os.environ, "TMPDIR": str(tmp)},
+            timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert set(os.listdir(tmp)) == kept, "the killed session's folders were not removed"
         assert all(os.path.isdir(tmp / name) for name in kept)

@@ -465,10 +465,11 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-def _capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _capture(tmp_path: Path, *args: str,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     cli = Path(sys.executable).with_name("pytest-distbench")
     return subprocess.run([str(cli), "capture", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, env={**os.environ, **(env or {})})
 
 
 def test_the_capture_command_records_a_torchrun_launch_at_three_ranks(tmp_path):
@@ -541,9 +542,13 @@ def test_a_rank_raising_mid_step_ends_the_capture_in_one_line_leaving_nothing(tm
 
 def test_a_capture_of_no_call_writes_nothing_and_says_why(tmp_path):
     (tmp_path / "crash.py").write_text(CRASHING)
-    # One rank (an odd world): what is asked for is missing whatever the world's size.
-    done = _capture(tmp_path, "--out", "t", "--steps", "50", "--",
-                    *_torchrun(1, "crash.py", "-1"))
+    # One rank (an odd world): what is asked for is missing whatever the world's size. The
+    # rank is the program itself, its world in the environment as a launcher leaves it (the
+    # torchrun captures above and below pay for torchrun's own start: 3 s of CPU).
+    world = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(free_port())}
+    done = _capture(tmp_path, "--out", "t", "--steps", "50", "--", sys.executable, "crash.py",
+                    "-1", env=world)
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
         "pytest-distbench: error: capture: no trace written in t (no call recorded in steps "

@@ -17,11 +17,15 @@ def test_a_session_gets_its_directory_environment_cpus_and_output(pytester, monk
         def test_sees_what_it_was_given():
             print("cwd", os.getcwd())
             print("marker", os.environ["ZYGOTE_MARKER"])
+            import tempfile
+            print("tmp", tempfile.gettempdir())
             print("cpus", sorted(os.sched_getaffinity(0)))
             print("to stderr", file=sys.stderr)
             assert False, "failing on purpose"
     """)
     monkeypatch.setenv("ZYGOTE_MARKER", "seen")
+    tmp = pytester.mkdir("own-tmp")  # TMPDIR is read anew, as a new interpreter would
+    monkeypatch.setenv("TMPDIR", str(tmp))
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
@@ -30,7 +34,8 @@ def test_a_session_gets_its_directory_environment_cpus_and_output(pytester, monk
     finally:
         os.sched_setaffinity(0, before)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([f"*cwd {pytester.path}", "marker seen", f"cpus [[]{cpu}[]]",
+    result.stdout.fnmatch_lines([f"*cwd {pytester.path}", "marker seen", f"tmp {tmp}",
+                                 f"cpus [[]{cpu}[]]",
                                  "*failing on purpose*"])
     assert "to stderr" in result.stderr.str()
 

@@ -253,6 +253,9 @@ def _session(request: dict, base_path: list[str]) -> None:
         # What an interpreter reads from its environment at start, as a new one would.
         sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
+        import tempfile
+
+        tempfile.tempdir = None  # found again from TMPDIR, not the zygote's cached choice
         # `python -m pytest` puts its directory first, then PYTHONPATH.
         extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *base_path]
