@@ -181,6 +181,7 @@ def test_folders_of_a_killed_session_are_removed_by_the_next_one_a_live_ones_kep
         deadline = time.monotonic() + 10
         while is_running(rank) and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert not is_running(rank), "the killed session's rank outlived its controller"
         assert set(os.listdir(tmp)) == left | kept  # the killed session's folders stay
 
         pytester.makepyfile(test_quick="""
