@@ -14,6 +14,12 @@ issue 34) judged the same way. A second session runs a collective at world size 
 bench_precision.py measures the same across sessions, which the ± does not promise.
 
     python benchmarks/bench_coverage.py [--repeats 10] [--long-budget 5s] [--no-world-size-8]
+        [--keep DIR]     # each session's results file kept as DIR/ws2.json, DIR/ws8.json
+        [--read DIR]     # judge the results files kept there instead of running sessions
+
+After the tables, the shape of the noise: how far apart a point's runs land, by how many runs
+apart they ran (median and root mean square of |log ratio|, pooled over the points), and where
+the long runs landed against the median of the targeted ones.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -94,9 +101,10 @@ def suite_text(points: list[tuple[str, str, str]], args: argparse.Namespace,
     return textwrap.dedent(text)
 
 
-def run_points(suite: str, world_size: int) -> list[dict] | None:
+def run_points(suite: str, world_size: int, keep: Path | None = None) -> list[dict] | None:
     """Run a generated suite in one session (one world per size) and return its records in
-    run order, or None (the session's output printed) if it failed."""
+    run order, or None (the session's output printed) if it failed; with `keep`, its results
+    file is copied there as ws{world_size}.json."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "test_generated_points.py"
         path.write_text(suite)
@@ -108,7 +116,15 @@ def run_points(suite: str, world_size: int) -> list[dict] | None:
         if done.returncode != 0:
             print(done.stdout[-4000:], done.stderr[-2000:])
             return None
-        return [b["distbench"] for b in json.loads(out.read_text())["benchmarks"]]
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out, keep / f"ws{world_size}.json")
+        return read_points(out)
+
+
+def read_points(path: Path) -> list[dict]:
+    """The records of a results file, in run order."""
+    return [b["distbench"] for b in json.loads(path.read_text())["benchmarks"]]
 
 
 # -- reading a record --------------------------------------------------------------------------
@@ -266,20 +282,58 @@ def print_noise(records: Iterable[dict]) -> None:
                                                                     else ""))
 
 
+@dataclass
+class Shape:
+    """One point's targeted runs (their headlines, in run order) and its two long runs'."""
+
+    label: str
+    runs: list[float]
+    longs: tuple[float, float]
+
+
+LAGS = (1, 2, 3, 5, 7, 9)
+
+
+def print_shape(shapes: list[Shape]) -> None:
+    """How far apart runs of one point land by how many runs apart they ran (a noise that
+    drifts grows with the lag, one with a heavy tail has a root mean square far above its
+    median), and where the long runs landed against the targeted runs' median."""
+    print("\nthe shape of the noise: 100 x |log ratio| of two targeted runs of one point,\n"
+          "by how many runs apart they ran (pooled over the points)")
+    for lag in LAGS:
+        gaps = [100 * abs(math.log(s.runs[i + lag] / s.runs[i])) for s in shapes
+                for i in range(len(s.runs) - lag)]
+        if gaps:
+            rms = math.sqrt(statistics.fmean(g * g for g in gaps))
+            print(f"  {lag} apart: median {statistics.median(gaps):5.1f}, root mean square "
+                  f"{rms:5.1f} ({len(gaps)} pairs)")
+    print("the long runs over the median of the targeted runs (first, last):")
+    for shape in shapes:
+        centre = statistics.median(shape.runs)
+        print(f"  {shape.label:26} {shape.longs[0] / centre:6.3f} {shape.longs[1] / centre:6.3f}")
+
+
 # -- the session -------------------------------------------------------------------------------
 
 def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_size: int,
-            repeats: int) -> tuple[list[dict], dict[str, Judged]] | str:
-    """Run one session of `points` and print its table; its records and the points judged
-    by family, or the error to stop on."""
+            repeats: int) -> tuple[list[dict], dict[str, Judged], list[Shape]] | str:
+    """Run one session of `points` and print its table; its records, the points judged
+    by family and their runs' shapes, or the error to stop on."""
     what = f"world size {world_size}"
-    records = run_points(suite_text(points, args, repeats), world_size)
+    if args.read is not None:
+        kept = args.read / f"ws{world_size}.json"
+        if not kept.is_file():
+            return f"bench_coverage: --read: no {kept}"
+        records = read_points(kept)
+    else:
+        records = run_points(suite_text(points, args, repeats), world_size, args.keep)
     if records is None:
         return f"bench_coverage: the {what} session failed (its output above)"
     error = missing_noise(records, what)
     if error:
         return f"bench_coverage: {error}"
     by_family: dict[str, Judged] = {}
+    shapes: list[Shape] = []
     for index, (family, label, _) in enumerate(points):
         mine = [r for r in records if r["name"].startswith(f"test_point_{index}[")]
         longs = [r for r in mine if "-long-" in r["name"]]
@@ -293,13 +347,16 @@ def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_
         met = sum(1 for r in targeted if (r.get("precision") or {}).get("met"))
         drift = headline(longs[:1], kind) / headline(longs[1:], kind)
         shown, unit = (value, "msg/s") if kind == "mean" else (value * 1e6, "us")
-        need = needed([figure(r, kind) for r in targeted])
+        runs = [figure(r, kind) for r in targeted]
+        shapes.append(Shape(f"{label} ws{world_size}", runs,
+                            (headline(longs[:1], kind), headline(longs[1:], kind))))
+        need = needed(runs)
         printed = statistics.median(judged.printed.widths) if judged.printed.widths else None
         ratio = f"{printed / need:6.2f}" if printed is not None and need > 0 else "     -"
         print(f"{f'{label} ws{world_size}':26} {shown:9.4g} {unit:5} "
               f"{judged.printed.text():>26} {judged.sampling.text():>26} "
               f"{met:>2}/{len(targeted):<2} {drift:8.3f} {need:7.1f} % {ratio}")
-    return records, by_family
+    return records, by_family, shapes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,7 +372,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a second session with a collective at world size 8")
     parser.add_argument("--ws8-repeats", type=int, default=None,
                         help="targeted runs per point at world size 8 (default: --repeats)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="keep each session's results file in DIR (ws2.json, ws8.json)")
+    parser.add_argument("--read", type=Path, default=None, metavar="DIR",
+                        help="judge the results files --keep left in DIR; run nothing")
     args = parser.parse_args(argv)
+    if args.keep is not None and args.read is not None:
+        parser.error("--keep and --read: one or the other")
     print(f"{'point':26} {'long-run':>15} {'printed: covered, ±':>26} "
           f"{'sampling: covered, ±':>26} {'met':>5} {'long 0/1':>8} {'needed ±':>9} "
           f"{'ratio':>6}")
@@ -324,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         sessions.append((POINTS_WS8, 8, args.ws8_repeats or args.repeats))
     records: list[dict] = []
     by_family: dict[str, Judged] = {}
+    shapes: list[Shape] = []
     for points, world_size, repeats in sessions:
         measured = measure(points, args, world_size, repeats)
         if isinstance(measured, str):
@@ -332,9 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         records += measured[0]
         for family, judged in measured[1].items():
             by_family.setdefault(family, Judged()).add(judged)
+        shapes += measured[2]
     print_families(by_family, "WITHIN one session: how often the 95 % interval of a targeted "
                    "run covers the long-run value (covered/runs, share, median half-width)")
     print_noise(records)
+    print_shape(shapes)
     return 0
 
 

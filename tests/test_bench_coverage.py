@@ -5,6 +5,8 @@ whose records are made here (the real sessions are the script's to run)."""
 from __future__ import annotations
 
 import ast
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -99,7 +101,7 @@ def test_the_script_reports_coverage_per_family_and_overall(bc, monkeypatch, cap
     offsets = [0.0, 0.05, 0.05, 0.2]  # printed ± 10 %: 3 of 4 covered; sampling ± 1 %: 1
     sizes = []
 
-    def run_points(suite: str, world_size: int) -> list[dict]:
+    def run_points(suite: str, world_size: int, keep=None) -> list[dict]:
         sizes.append(world_size)
         points = bc.POINTS if world_size == 2 else bc.POINTS_WS8
         return session(points, {rate_index: "mean"} if world_size == 2 else {}, offsets)
@@ -124,9 +126,34 @@ def test_the_script_reports_coverage_per_family_and_overall(bc, monkeypatch, cap
     assert sizes == [2]
 
 
+def test_kept_results_files_are_judged_again_with_the_shape_of_their_noise(bc, tmp_path,
+                                                                         capsys):
+    """--read judges results files as --keep leaves them (no session runs: run_points is
+    never reached), and the shape of the noise is the runs' own: the long runs at 1 ms
+    against targeted ones at 1, 1.05, 1.05 and 1.2 ms."""
+    offsets = [0.0, 0.05, 0.05, 0.2]
+    for world_size, points in ((2, bc.POINTS), (8, bc.POINTS_WS8)):
+        records = session(points, {}, offsets)
+        document = {"benchmarks": [{"distbench": r} for r in records]}
+        (tmp_path / f"ws{world_size}.json").write_text(json.dumps(document))
+    assert bc.main(["--read", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    total = len(bc.POINTS) + len(bc.POINTS_WS8)
+    assert f"{3 * total}/{4 * total}" in out
+    # Neighbours: |log| of 1.05, 1 and 1.2/1.05: median 4.9; two apart 4.9 and 13.4.
+    assert f"  1 apart: median   4.9, root mean square   8.2 ({3 * total} pairs)" in out
+    assert f"  3 apart: median  18.2, root mean square  18.2 ({total} pairs)" in out
+    assert "5 apart" not in out  # no point ran that many runs
+    assert f"  {'all_reduce 1 KiB ws2':26}  0.952  0.952" in out
+    (tmp_path / "ws8.json").unlink()
+    assert bc.main(["--read", str(tmp_path)]) == 1
+    assert f"--read: no {tmp_path / 'ws8.json'}" in capsys.readouterr().err
+
+
 def test_a_session_without_run_noise_stops_the_script_with_one_line(bc, monkeypatch, capsys):
     monkeypatch.setattr(bc, "run_points",
-                        lambda suite, world_size: session(bc.POINTS, {}, [0.0], noise=None))
+                        lambda suite, world_size, keep=None: session(bc.POINTS, {}, [0.0],
+                                                                     noise=None))
     assert bc.main(["--repeats", "1", "--no-world-size-8"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -191,12 +218,18 @@ def test_the_across_sessions_script_judges_the_same_way_and_says_so(bc, monkeypa
 
 
 @pytest.mark.slow
-def test_the_script_runs_a_real_session_small(bc, capsys):
+def test_the_script_runs_a_real_session_small(bc, capsys, tmp_path, monkeypatch):
     # The records of a real session carry what the script reads (the printed interval, the
-    # sampling one, the run-to-run noise): a small run, every point, world size 2.
+    # sampling one, the run-to-run noise): a small run, every point, world size 2; its
+    # results file kept and judged again to the same table. Its session revisits as the
+    # product does (the suite's child sessions do not: tests/conftest.py).
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} "
+                       "--distbench-revisits=5")
     assert bc.main(["--repeats", "2", "--budget", "0.1s", "--long-budget", "0.2s",
-                    "--no-world-size-8"]) == 0
+                    "--no-world-size-8", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
+    assert bc.main(["--repeats", "2", "--no-world-size-8", "--read", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == out
     table = out[out.index("WITHIN one session"):out.index("run-to-run noise")]
     rows = {line.split()[0]: line.split() for line in table.splitlines()
             if line.startswith("  ")}
