@@ -118,8 +118,13 @@ def run_points(suite: str, world_size: int, keep: Path | None = None) -> list[di
             return None
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out, keep / f"ws{world_size}.json")
+            shutil.copyfile(out, kept_file(keep, world_size))
         return read_points(out)
+
+
+def kept_file(folder: Path, world_size: int) -> Path:
+    """Where --keep puts a session's results file and --read finds it."""
+    return folder / f"ws{world_size}.json"
 
 
 def read_points(path: Path) -> list[dict]:
@@ -321,7 +326,7 @@ def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_
     by family and their runs' shapes, or the error to stop on."""
     what = f"world size {world_size}"
     if args.read is not None:
-        kept = args.read / f"ws{world_size}.json"
+        kept = kept_file(args.read, world_size)
         if not kept.is_file():
             return f"bench_coverage: --read: no {kept}"
         records = read_points(kept)
@@ -345,11 +350,11 @@ def measure(points: list[tuple[str, str, str]], args: argparse.Namespace, world_
         judged = judge(targeted, value, kind)
         by_family.setdefault(family, Judged()).add(judged)
         met = sum(1 for r in targeted if (r.get("precision") or {}).get("met"))
-        drift = headline(longs[:1], kind) / headline(longs[1:], kind)
+        first_long, last_long = headline(longs[:1], kind), headline(longs[1:], kind)
+        drift = first_long / last_long
         shown, unit = (value, "msg/s") if kind == "mean" else (value * 1e6, "us")
         runs = [figure(r, kind) for r in targeted]
-        shapes.append(Shape(f"{label} ws{world_size}", runs,
-                            (headline(longs[:1], kind), headline(longs[1:], kind))))
+        shapes.append(Shape(f"{label} ws{world_size}", runs, (first_long, last_long)))
         need = needed(runs)
         printed = statistics.median(judged.printed.widths) if judged.printed.widths else None
         ratio = f"{printed / need:6.2f}" if printed is not None and need > 0 else "     -"
