@@ -110,7 +110,7 @@ def test_the_script_reports_coverage_per_family_and_overall(bc, monkeypatch, cap
     assert bc.main(["--repeats", "4"]) == 0
     assert sizes == [2, 8]
     out = capsys.readouterr().out
-    table = out[out.index("WITHIN one session"):out.index("run-to-run noise")]
+    table = out[out.index("WITHIN one session"):out.index("the reference and the bound")]
     rows = {line.split()[0]: line for line in table.splitlines() if line.startswith("  ")}
     families = sum(1 for p in bc.POINTS if p[0] == "collectives") + len(bc.POINTS_WS8)
     assert f"{3 * families}/{4 * families}" in rows["collectives"]
@@ -145,9 +145,29 @@ def test_kept_results_files_are_judged_again_with_the_shape_of_their_noise(bc, t
     assert f"  3 apart: median  18.2, root mean square  18.2 ({total} pairs)" in out
     assert "5 apart" not in out  # no point ran that many runs
     assert f"  {'all_reduce 1 KiB ws2':26}  0.952  0.952" in out
+    bound = out[out.index("the reference and the bound"):out.index("run-to-run noise")]
+    [rpc] = [line for line in bound.splitlines() if line.startswith("  rpc ")]
+    # Printed, against the runs' median; 1x and 2x the needed ± against the long runs.
+    assert rpc.split()[1:] == ["3/4", "(75%)", "±", "10.0", "%", "3/4", "(75%)", "±", "14.3",
+                               "%", "4/4", "(100%)", "±", "28.6", "%"]
     (tmp_path / "ws8.json").unlink()
     assert bc.main(["--read", str(tmp_path)]) == 1
     assert f"--read: no {tmp_path / 'ws8.json'}" in capsys.readouterr().err
+
+
+def test_the_bound_judges_the_printed_interval_at_the_runs_median_and_hindsight_widths(bc):
+    """Runs at 1, 1.05, 1.05 and 1.2 ms against a long-run 1 ms: the runs' median is 1.05 ms
+    and the point needed ± 14.3 % (its runs' 90th percentile gap: 1.2 / 1.05). Printed ± 10 %
+    covers the median from three runs; ± 14.3 % (1x) covers the long run from three, ± 28.6 %
+    (2x) from all four; with the long runs 60 % off, not even 2x covers one."""
+    runs = [record(f"r{k}", 1e-3 * (1 + off), "p50", 0.10, 0.01)
+            for k, off in enumerate([0.0, 0.05, 0.05, 0.2])]
+    judged = bc.judge(runs, 1e-3, "p50")
+    assert (judged.at_median.covered, judged.at_median.total) == (3, 4)
+    assert (judged.hindsight[1.0].covered, judged.hindsight[2.0].covered) == (3, 4)
+    assert judged.hindsight[2.0].widths == pytest.approx([100 * 2 * 0.2 / 1.4] * 4, rel=1e-3)
+    far = bc.judge(runs, 1.6e-3, "p50")
+    assert (far.hindsight[2.0].covered, far.at_median.covered) == (0, 3)
 
 
 def test_a_session_without_run_noise_stops_the_script_with_one_line(bc, monkeypatch, capsys):
@@ -230,7 +250,7 @@ def test_the_script_runs_a_real_session_small(bc, capsys, tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert bc.main(["--repeats", "2", "--no-world-size-8", "--read", str(tmp_path)]) == 0
     assert capsys.readouterr().out == out
-    table = out[out.index("WITHIN one session"):out.index("run-to-run noise")]
+    table = out[out.index("WITHIN one session"):out.index("the reference and the bound")]
     rows = {line.split()[0]: line.split() for line in table.splitlines()
             if line.startswith("  ")}
     assert {"collectives", "p2p", "message_rate", "rpc"} <= set(rows)
