@@ -400,6 +400,17 @@ PROGRAM = textwrap.dedent("""
                 elif rank == 1:
                     dist.recv(x, 0)
                 opt.step()
+        # Then a capture whose block raises in rank 1 alone: rank 1 leaves (its process ends),
+        # the others' next collective fails, and no trace is left behind.
+        try:
+            with pytest_distbench.capture(out + "-raising"):
+                dist.all_reduce(torch.ones(2))
+                if rank == 1:
+                    raise RuntimeError("rank 1 fails")
+                dist.all_reduce(torch.ones(2))
+        except Exception as e:
+            print(f"rank {rank}: {type(e).__name__}", flush=True)
+            return
         dist.destroy_process_group()
 
     if __name__ == "__main__":
@@ -411,13 +422,19 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def test_capture_records_a_real_ddp_step_with_its_subgroups_at_three_ranks(tmp_path):
+def test_capture_records_a_real_ddp_step_at_three_ranks_and_a_raising_block_leaves_none(
+        tmp_path):
     script = tmp_path / "train.py"
     script.write_text(PROGRAM)
     out = tmp_path / "trace"
     done = subprocess.run([sys.executable, str(script), str(out), "3", str(free_port())],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The second capture's block raised in rank 1: the others' next collective failed (rank 1
+    # had gone), and rank 0, which made its directory, removed it.
+    assert "rank 1: RuntimeError" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "rank 0: " in done.stdout and "rank 2: " in done.stdout
+    assert not (tmp_path / "trace-raising").exists()
     t = read(out)
     assert t.world_size == 3 and t.steps == [1, 2] and t.skipped == []
     assert t.groups == {0: (0, 1, 2), 1: (0, 2)}
@@ -554,37 +571,6 @@ def test_a_capture_of_no_call_writes_nothing_and_says_why(tmp_path):
         "pytest-distbench: error: capture: no trace written in t (no call recorded in steps "
         "[50] (the program ended 3 step(s)); nothing written to " + str(tmp_path / "t") + ")")
     assert not (tmp_path / "t").exists()
-
-
-SPAWNED_CRASH = textwrap.dedent("""
-    import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
-    import pytest_distbench
-
-    def main(rank, out, port):
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=2)
-        try:
-            with pytest_distbench.capture(out):
-                dist.all_reduce(torch.ones(2))
-                if rank == 1:
-                    raise RuntimeError("rank 1 fails")
-                dist.all_reduce(torch.ones(2))
-        except Exception as e:
-            print(f"rank {rank}: {type(e).__name__}", flush=True)
-
-    if __name__ == "__main__":
-        mp.start_processes(main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2,
-                           start_method="fork")
-""")
-
-
-def test_a_capture_block_raising_in_one_rank_ends_without_a_trace(tmp_path):
-    (tmp_path / "p.py").write_text(SPAWNED_CRASH)
-    done = subprocess.run([sys.executable, "p.py", "t", str(free_port())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert "rank 1: RuntimeError" in done.stdout, done.stderr[-2000:]
-    assert "rank 0: " in done.stdout  # rank 0's next collective failed: rank 1 had gone
-    assert not (tmp_path / "t").exists()  # rank 0 made it, and removed it when it failed
 
 
 SLOW = textwrap.dedent("""
