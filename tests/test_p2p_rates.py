@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import statistics
 import tracemalloc
 
 import pytest
@@ -200,8 +201,26 @@ def test_a_whole_region_rate_carries_its_block_bootstrap_interval():
     assert 0 < f["rate_ci_pct"] < 10
     row = "  ".join(read_table(tables.render_arras([mr]).splitlines())[1][0])
     assert re.search(r"[\d,.]+ ± [\d.]+ %", row)
+    # Fifteen iterations are too few blocks (7 of 2) for the bootstrap: the t interval of the
+    # mean time per iteration, t(14) = 2.1448 standard errors each side.
     few = rates.record_rates({**mr, "samples": samples[:15], "rank_samples": None})
-    assert few["rate_ci_pct"] is None and few["msgs_per_s_ci_low"] is None
+    mean, sd = statistics.fmean(samples[:15]), statistics.stdev(samples[:15])
+    half = 2.144787 * sd / math.sqrt(15)
+    assert few["msgs_per_s_ci_low"] == pytest.approx(64 / (mean + half))
+    assert few["msgs_per_s_ci_high"] == pytest.approx(64 / (mean - half))
+    two = rates.record_rates({**mr, "samples": samples[:2], "rank_samples": None})
+    assert two["rate_ci_pct"] is None and two["msgs_per_s_ci_low"] is None
+
+
+@given(st.lists(st.floats(1e-6, 1.0), min_size=3, max_size=19))
+def test_a_short_runs_rate_interval_is_the_t_interval_of_its_mean(times):
+    bounds = rates.mean_t_interval(times)
+    mean = statistics.fmean(times)
+    assert bounds is not None
+    assert bounds[0] <= mean * (1 + 1e-12) and bounds[1] >= mean * (1 - 1e-12)
+    if max(times) > min(times) * 1.01:  # iterations that differ widen it
+        assert bounds[1] - bounds[0] > 0
+    assert rates.mean_t_interval(times[:2]) is None
 
 
 # --- the timed loop keeps nothing per message --------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_distbench.results.document.record import Record
 from pytest_distbench.results.statistics.interval import block_bootstrap_mean
+from pytest_distbench.results.statistics.noise import t_975
 from pytest_distbench.results.statistics.stats import percentile
 
 #: A window never carries more than this many bytes (64 MiB): at 64 MiB messages a window of
@@ -100,10 +101,11 @@ def message_rates(
 def rate_interval(times: Sequence[float], k: int, nbytes: int) -> dict[str, Any]:
     """The 95 % interval of the whole-region rate (k messages per iteration / the mean time
     per iteration of the slowest rank): a block bootstrap of that mean (statistics/interval.py);
-    None where too few iterations give too few blocks."""
+    where too few iterations give too few blocks, the Student t interval of the mean
+    (mean_t_interval); None below MIN_T_ITERATIONS."""
     out: dict[str, Any] = dict.fromkeys(("msgs_per_s_ci_low", "msgs_per_s_ci_high",
                                          "mbps_ci_low", "mbps_ci_high", "rate_ci_pct"))
-    bounds = block_bootstrap_mean(list(times))
+    bounds = block_bootstrap_mean(list(times)) or mean_t_interval(times)
     if bounds is None or bounds[0] <= 0:
         return out
     mean = sum(times) / len(times)
@@ -112,6 +114,26 @@ def rate_interval(times: Sequence[float], k: int, nbytes: int) -> dict[str, Any]
                mbps_ci_low=low * nbytes / 1e6, mbps_ci_high=high * nbytes / 1e6,
                rate_ci_pct=100.0 * mean * (1 / bounds[0] - 1 / bounds[1]) / 2)
     return out
+
+
+#: Fewest iterations a rate's interval is given from: two would print a t of 12.7.
+MIN_T_ITERATIONS = 3
+
+
+def mean_t_interval(times: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % Student t interval of the mean of `times`, the iterations taken as independent;
+    None for fewer than MIN_T_ITERATIONS. For a run too short for the block bootstrap (a
+    message-rate iteration of 64 messages took 50-70 ms here: 6-15 of them in a 0.5 s budget):
+    without it such a run printed the session's noise alone (± 6.8 %) where its runs needed
+    ± 19 % (docs/user-guide.md, "What the ± means"). Correlated iterations make it, if anything,
+    too narrow; the printed ± is it widened by the session's noise."""
+    n = len(times)
+    if n < MIN_T_ITERATIONS:
+        return None
+    mean = math.fsum(times) / n
+    spread = math.sqrt(math.fsum((t - mean) ** 2 for t in times) / (n - 1))
+    half = t_975(n - 1) * spread / math.sqrt(n)
+    return mean - half, mean + half
 
 
 def one_way_latency(samples: Sequence[float]) -> dict[str, float]:
