@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from launching import PYTEST, TORCHRUN, free_port, run_all
 
-from pytest_distbench.harness.launcher import wire
+from pytest_distbench.harness.launcher import rank0, wire
 from pytest_distbench.harness.launcher.seal import Forged, Seal
 from pytest_distbench.harness.launcher.storechannel import StoreChannel
 
@@ -68,6 +68,10 @@ TESTS = textwrap.dedent("""
 """)
 
 
+# Extended: rank 0's refusal of a forged outcome is held by
+# test_rank_0_fails_a_test_whose_outcome_no_rank_sealed below (a real store, the intruder's own
+# write); this runs the attack end to end under torchrun, a forger process writing throughout.
+@pytest.mark.extended
 def test_a_forged_passed_outcome_in_torchrun_store_is_refused_and_named(pytester, leak_tag):
     pytester.makepyfile(TESTS)
     stop = pytester.path / "stop"
@@ -114,6 +118,28 @@ def test_an_unsealed_or_moved_value_is_forged_and_a_sealed_one_reads_back(store)
     StoreChannel(store, "distbench/run.0/", Seal(b"t" * 32)).set(wire.END, {"exitstatus": 0})
     got = ranks.get_texts([wire.END, wire.of_test(3, wire.VERDICT)])
     assert isinstance(got[0], Forged) and json.loads(got[1])["status"] == "passed"
+
+
+def test_rank_0_fails_a_test_whose_outcome_no_rank_sealed(store):
+    """What rank 0 makes of the outcomes it reads for test 1: rank 2's, sealed, stands; rank
+    1's, written over by a process that reaches the store without the run's secret, fails the
+    test naming the key, as the end-to-end attack above reads it."""
+    prefix = "distbench/run.0/"
+    ranks = StoreChannel(store, prefix, Seal(b"s" * 32))
+    passed = {"status": "passed", "message": "", "measurements": [], "output": "",
+              "order": None, "released": False, "info": None, "rebuild": ""}
+    for rank in (1, 2):
+        ranks.set(wire.of_test(1, wire.outcome(rank)), passed)
+    StoreChannel(store, prefix).set(wire.of_test(1, wire.outcome(1)), passed)
+    keys = [wire.of_test(1, wire.outcome(rank)) for rank in (1, 2)]
+    posted = {rank: rank0._read_outcome(rank, raw)
+              for rank, raw in zip((1, 2), ranks.get_texts(keys), strict=True)}
+    assert posted[2].status == "passed"
+    assert posted[1].status == "failed"
+    assert posted[1].message.startswith("rank 0 refused rank 1's outcome: ")
+    assert "'distbench/run.0/t1/outcome/1' does not carry the run's seal" in posted[1].message
+    outcomes = rank0.run_result(posted).outcomes
+    assert outcomes[1].status == "failed" and "refused rank 1's outcome" in outcomes[1].message
 
 
 @given(key=st.text(max_size=40), text=st.text(max_size=200), flip=st.integers(0, 10**6))
