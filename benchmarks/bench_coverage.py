@@ -22,9 +22,9 @@ each point's targeted runs (the session value its headline is), and what a ± of
 and 2x each point's own needed ± (known in hindsight) would cover of the long-run value:
 where 2x covers under 90 %, issue 38's two goals (90 % covered, at most twice as wide as the
 point needed) cannot both hold against that reference in that session. Then the shape of the
-noise: how far apart a point's runs land, by how many runs
-apart they ran (median and root mean square of |log ratio|, pooled over the points), and where
-the long runs landed against the median of the targeted ones.
+noise: how far apart a point's runs land, by how many runs apart they ran (median and root mean
+square of |log ratio|, pooled over the points), and where the long runs landed against the
+median of the targeted ones.
 """
 
 from __future__ import annotations
@@ -270,9 +270,10 @@ def judge(runs: list[dict], value: float, kind: str) -> Judged:
     centre_of_runs = statistics.median(figures)
     need = needed(figures) / 100
     for record, centre in zip(runs, figures, strict=True):
-        judged.printed.judge(interval(record, kind), value, centre)
+        printed = interval(record, kind)
+        judged.printed.judge(printed, value, centre)
         judged.sampling.judge(sampling_interval(record, kind), value, centre)
-        judged.at_median.judge(interval(record, kind), centre_of_runs, centre)
+        judged.at_median.judge(printed, centre_of_runs, centre)
         for multiple, tally in judged.hindsight.items():
             half = multiple * need * centre
             tally.judge((centre - half, centre + half), value, centre)

@@ -16,7 +16,7 @@ from typing import Any
 from pytest_distbench.results.document.record import Record
 from pytest_distbench.results.statistics.interval import block_bootstrap_mean
 from pytest_distbench.results.statistics.noise import t_975
-from pytest_distbench.results.statistics.stats import percentile
+from pytest_distbench.results.statistics.stats import percentile, summarize
 
 #: A window never carries more than this many bytes (64 MiB): at 64 MiB messages a window of
 #: 64 would be 4 GiB per iteration, minutes per point on loopback, for no new information.
@@ -130,10 +130,9 @@ def mean_t_interval(times: Sequence[float]) -> tuple[float, float] | None:
     n = len(times)
     if n < MIN_T_ITERATIONS:
         return None
-    mean = math.fsum(times) / n
-    spread = math.sqrt(math.fsum((t - mean) ** 2 for t in times) / (n - 1))
-    half = t_975(n - 1) * spread / math.sqrt(n)
-    return mean - half, mean + half
+    summary = summarize(times)
+    half = t_975(n - 1) * summary.stddev / math.sqrt(n)
+    return summary.mean - half, summary.mean + half
 
 
 def one_way_latency(samples: Sequence[float]) -> dict[str, float]:
