@@ -122,7 +122,7 @@ def _capped_memory() -> None:
 
 @pytest.fixture(scope="module")
 def runs(files) -> dict[str, subprocess.CompletedProcess]:
-    """Every CLI process of this module, started together: each pays ~2 s importing scipy."""
+    """Every CLI process of this module, started together."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = {}
     for key, args in RUNS.items():

@@ -328,26 +328,3 @@ def test_algbw_and_busbw() -> None:
 def test_algbw_rejects_bad_input(nbytes: int, seconds: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         algbw_gbps(nbytes, seconds)
-
-
-@given(x=st.lists(st.sampled_from([0.1, 0.2, 0.25, 0.3]) | st.floats(0, 1), min_size=2,
-                  max_size=40),
-       y=st.lists(st.sampled_from([0.1, 0.2, 0.25, 0.3]) | st.floats(0, 1), min_size=2,
-                  max_size=40),
-       method=st.sampled_from(["exact", "asymptotic"]),
-       alternative=st.sampled_from(["greater", "less"]))
-@settings(max_examples=200, deadline=None)
-def test_the_unwrapped_mann_whitney_gives_scipys_own_p_values(x, y, method, alternative):
-    """unpaired.py calls scipy's test past its axis-and-NaN wrapper, for speed: only where
-    that gives the public function's p-value, bit for bit (ties and no ties)."""
-    import warnings
-
-    from scipy.stats import mannwhitneyu
-
-    from pytest_distbench.results.statistics.unpaired import _mann_whitney
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        public = float(mannwhitneyu(x, y, alternative=alternative, method=method).pvalue)
-        ours = float(_mann_whitney()(x, y, alternative=alternative, method=method).pvalue)
-    assert ours == public or (math.isnan(ours) and math.isnan(public))

@@ -20,16 +20,11 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .interval import LEVEL, NORMAL_975
+from .distributions import student_t_quantile
+from .interval import LEVEL
 
 __all__ = ["RunNoise", "own_spread_points", "pooled_run_noise", "regimes", "sampling_target",
            "session_interval", "stopped_by_noise", "stratum_noise", "t_975", "time_class"]
-
-# Student t 97.5 % quantiles for 1..30 degrees of freedom.
-_T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
-          2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
-          2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
-          2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
 
 # A run stops for the noise once its sampling half-width is this fraction of the noise's:
 # the combined interval is then within 12 % of the narrowest the noise allows.
@@ -53,10 +48,7 @@ def t_975(dof: int) -> float:
     """The 97.5 % quantile of Student's t with `dof` degrees of freedom (>= 1)."""
     if dof < 1:
         raise ValueError("a t quantile needs at least one degree of freedom")
-    if dof <= len(_T_975):
-        return _T_975[dof - 1]
-    z = NORMAL_975  # Cornish-Fisher: within 1e-4 of the exact value past 30
-    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+    return student_t_quantile(0.975, dof)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .distributions import student_t_quantile
 from .paired import DEFAULT_ALPHA, DEFAULT_POWER, robust_sd
 from .stats import median
 
@@ -30,8 +31,6 @@ class HistoryVerdict:
 def judge_history(stored_p50s: Sequence[float], current_p50: float, threshold: float, *,
                   alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> HistoryVerdict:
     """The verdict of one p50 against the same benchmark's stored p50s (at least 2)."""
-    from scipy.stats import t as student_t  # lazy: scipy.stats takes ~2 s to import
-
     values = [float(v) for v in stored_p50s]
     if len(values) < 2:
         raise ValueError("a history verdict needs at least two stored runs")
@@ -43,8 +42,8 @@ def judge_history(stored_p50s: Sequence[float], current_p50: float, threshold: f
     # the run-to-run spread plus the centre's own uncertainty.
     spread = robust_sd(logs) * math.sqrt(1 + 1 / len(logs))
     dof = len(logs) - 1
-    t_alpha = float(student_t.ppf(1 - alpha, dof))
-    t_power = float(student_t.ppf(power, dof))
+    t_alpha = student_t_quantile(1 - alpha, dof)
+    t_power = student_t_quantile(power, dof)
     distance = math.log(current_p50) - centre
     z = distance / spread if spread > 0 else (0.0 if distance == 0 else math.copysign(
         math.inf, distance))

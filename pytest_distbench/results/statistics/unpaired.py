@@ -10,10 +10,10 @@ from failing CI.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
+from .distributions import EXACT_MAX_PAIRS, mann_whitney_p_values
 from .paired import DEFAULT_ALPHA, SIGNED_RANK_EFFICIENCY, detectable_change, robust_sd
 from .stats import median
 
@@ -24,12 +24,6 @@ Kind = Literal["regression", "improvement", "slower", "faster", "inconclusive", 
 # Ten batches against ten: the smallest one-sided Mann-Whitney p-value is 1/184756, so a
 # consistent shift is significant at alpha=0.01 even though each side is only ten numbers.
 BATCHES = 10
-
-# The exact Mann-Whitney distribution is cheap for small samples but its cost explodes when one
-# side is large (5 vs 100000 samples takes minutes); past this many pairs the normal
-# approximation is both fast and accurate.
-_EXACT_MAX_PAIRS = 2500
-
 
 def judge(
     baseline_samples: Sequence[float],
@@ -102,39 +96,15 @@ def relative_change(base: float, cur: float) -> float:
     return cur / base - 1
 
 
-def _mann_whitney() -> Any:
-    """scipy's Mann-Whitney U test without its axis-and-NaN wrapper, which costs more than the
-    test itself on a few dozen batch medians (a compare of 10^5 benchmarks calls it 2 x 10^5
-    times); the same p-values (tests/test_stats.py holds them equal). Lazy: scipy.stats
-    takes ~2 s to import."""
-    from scipy.stats import mannwhitneyu
-
-    inner = getattr(mannwhitneyu, "__wrapped__", None)
-    if inner is None:  # a scipy without the wrapper
-        return mannwhitneyu
-    import numpy as np
-
-    return lambda x, y, **options: inner(np.asarray(x, dtype=float), np.asarray(y, dtype=float),
-                                         **options)
-
-
 def _one_sided_p_values(base: list[float], cur: list[float]) -> tuple[float, float]:
     """(p that current is slower, p that current is faster), both one-sided."""
-    mannwhitneyu = _mann_whitney()
-
-    # Always hand scipy the two sets in the same order, whichever is "baseline", so swapping
+    # Always hand the test the two sets in the same order, whichever is "baseline", so swapping
     # the arguments gives bit-identical p-values and the verdict is exactly symmetric.
     swap = cur > base
     x, y = (base, cur) if swap else (cur, base)
     ties = len(set(x).union(y)) < len(x) + len(y)
-    method = "exact" if not ties and len(x) * len(y) <= _EXACT_MAX_PAIRS else "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p_x_greater = float(mannwhitneyu(x, y, alternative="greater", method=method).pvalue)
-        p_x_less = float(mannwhitneyu(x, y, alternative="less", method=method).pvalue)
-    # A degenerate test (e.g. every sample equal) is no evidence of anything.
-    p_x_greater = p_x_greater if math.isfinite(p_x_greater) else 1.0
-    p_x_less = p_x_less if math.isfinite(p_x_less) else 1.0
+    p_x_greater, p_x_less = mann_whitney_p_values(
+        x, y, exact=not ties and len(x) * len(y) <= EXACT_MAX_PAIRS)
     if swap:  # x is the baseline: "current greater" is "x less"
         return p_x_less, p_x_greater
     return p_x_greater, p_x_less
