@@ -52,10 +52,44 @@ def test_a_session_past_its_timeout_is_killed_and_the_next_one_runs(tmp_path, mo
         (tmp_path / "test_sleeps.py").write_text("def test_quick():\n    pass\n")
         done = pool.run_command(argv, cwd=tmp_path, env=dict(os.environ), timeout=60)
         assert done.returncode == 0 and "1 passed" in done.stdout
-        assert len(pool.all) == 1  # the same zygote served both
+        # One interpreter served both; its spare (a fork, kept for a session run beside
+        # another) served none.
+        assert [z.process is not None for z in pool.all] == [True, False]
     finally:
         pool.close()
-    assert all(z.process.returncode is not None for z in pool.all)
+    assert not any(z.alive() for z in pool.all)
+
+
+def test_sessions_side_by_side_fork_from_one_interpreter_and_none_is_left(tmp_path,
+                                                                           monkeypatch):
+    """A pool runs sessions at once from spares forked from its one zygote (the documented
+    commands run three at a time): one torch import, not one per zygote; closed, not a
+    zygote is left, not even unreaped."""
+    import threading
+
+    monkeypatch.delenv(PLAIN_SUBPROCESS_VARIABLE, raising=False)
+    pool = ZygotePool()
+    (tmp_path / "test_waits.py").write_text(
+        "import os, time\n\ndef test_waits():\n    time.sleep(1)\n"
+        "    print('session', os.getpid(), os.getppid())\n")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s"]
+    done = []
+    try:
+        runs = [threading.Thread(target=lambda: done.append(pool.run_command(
+            argv, cwd=tmp_path, env=dict(os.environ), timeout=120))) for _ in range(3)]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join()
+        assert [d.returncode for d in done] == [0, 0, 0], [d.stdout for d in done]
+        parents = {int(d.stdout.split("session ")[1].split()[1]) for d in done}
+        zygotes = {z.pid for z in pool.all}
+        assert len(parents) == 3 and parents <= zygotes  # three zygotes served at once
+        assert sum(z.process is not None for z in pool.all) == 1  # one new interpreter
+    finally:
+        pool.close()
+    for pid in zygotes:
+        assert not os.path.exists(f"/proc/{pid}"), pid
 
 
 def test_a_session_runs_its_exit_handlers(pytester, tmp_path):

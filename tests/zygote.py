@@ -23,6 +23,7 @@ Set DISTBENCH_TEST_SUBPROCESS=1 to run every session as a plain subprocess inste
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -60,9 +61,16 @@ class Exited:
 
 
 class Zygote:
-    """One forking process: one session at a time."""
+    """One forking process: one session at a time. The first of a pool is a new interpreter
+    that imports torch; the others are forks of an idle one (spares), which cost a fork
+    instead of a second import of torch (3.5 s of CPU on the 2-core VM)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str] | None, *, channel: tuple | None = None) -> None:
+        self.process: subprocess.Popen | None = None
+        if channel is not None:  # a spare: its pid and the two FIFOs it serves on
+            self.pid, self.requests, self.replies = channel
+            return
+        assert env is not None
         # Not the leak check's tag of the test that happens to start it: the zygote outlives it.
         env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", TAG_VARIABLE)}
         self.process = subprocess.Popen(
@@ -71,20 +79,37 @@ class Zygote:
             # Unbuffered: a buffered reader could hold the exit status read ahead with the
             # pid, and select() on the pipe would then wait for a line already read.
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/", bufsize=0)
+        self.pid, self.requests, self.replies = (self.process.pid, self.process.stdin,
+                                                 self.process.stdout)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        try:  # a spare is its zygote's child, not ours: alive while not a zombie
+            with open(f"/proc/{self.pid}/stat", encoding="ascii") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def fork_spare(self) -> Zygote:
+        """A fork of this (idle) zygote that serves on FIFOs of its own."""
+        with tempfile.TemporaryDirectory(prefix="distbench-test-zygote-") as folder:
+            paths = [os.path.join(folder, name) for name in ("requests", "replies")]
+            for path in paths:
+                os.mkfifo(path, 0o600)
+            self._send({"spare": paths})
+            # Opened in the order the spare opens them: each open waits for the other side.
+            requests = open(paths[0], "wb", buffering=0)
+            replies = open(paths[1], "rb", buffering=0)
+        pid = json.loads(self._reply(None))["pid"]
+        return Zygote(None, channel=(pid, requests, replies))
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: Path,
             stderr: Path | None, timeout: float | None) -> Exited:
         """Run `python -m pytest` with `argv` (without the interpreter and -m pytest); a
         stderr of None goes where stdout goes."""
-        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout),
-                   "stderr": None if stderr is None else str(stderr), **_inherited()}
-        assert self.process.stdin is not None and self.process.stdout is not None
-        data = memoryview(json.dumps(request).encode() + b"\n")
-        while data:
-            data = data[self.process.stdin.write(data):]
+        self._send({"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout),
+                    "stderr": None if stderr is None else str(stderr), **_inherited()})
         pid = json.loads(self._reply(None))["pid"]
         try:
             line = self._reply(timeout)
@@ -98,26 +123,35 @@ class Zygote:
             timed_out = True
         return Exited(json.loads(line)["returncode"], timed_out)
 
+    def _send(self, request: dict) -> None:
+        data = memoryview(json.dumps(request).encode() + b"\n")
+        while data:
+            data = data[self.requests.write(data):]
+
     def _reply(self, timeout: float | None) -> bytes:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        ready, _, _ = select.select([self.replies], [], [], timeout)
         if not ready:
             raise TimeoutError
-        line = self.process.stdout.readline()
+        line = self.replies.readline()
         if not line:
-            raise RuntimeError(f"the test zygote exited ({self.process.wait()})")
+            status = self.process.wait() if self.process is not None else "a spare"
+            raise RuntimeError(f"the test zygote exited ({status})")
         return line
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        self.requests.close()  # it exits at the end of its requests
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        else:  # its replies end when it exits
+            ready, _, _ = select.select([self.replies], [], [], 10)
+            if not ready or self.replies.read():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+        self.replies.close()
 
 
 class ZygotePool:
@@ -139,6 +173,10 @@ class ZygotePool:
             if zygote is None:
                 zygote = Zygote(self.env)
                 self.all.append(zygote)
+            if not self.idle:  # the last idle one: a spare forked from it while it can
+                spare = zygote.fork_spare()
+                self.all.append(spare)
+                self.idle.append(spare)
         try:
             return zygote.run(argv, **kw)
         finally:
@@ -166,7 +204,7 @@ class ZygotePool:
         return subprocess.CompletedProcess(argv, exited.returncode, stdout, stderr)
 
     def close(self) -> None:
-        for zygote in self.all:
+        for zygote in reversed(self.all):  # spares first: each is reaped by what it forked from
             zygote.close()
 
 
@@ -217,20 +255,37 @@ def serve() -> None:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    base_path = sys.path[1:]  # without the folder this module was found in
+    _serve(requests, replies, sys.path[1:])  # without the folder this module was found in
+
+
+def _serve(requests, replies, base_path: list[str]) -> None:
     for line in requests:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             requests.close()
             replies.close()
+            if "spare" in request:  # a zygote of its own, on the FIFOs the pool made
+                try:
+                    ours = open(request["spare"][0], "rb")
+                    theirs = open(request["spare"][1], "wb")
+                    _serve(ours, theirs, base_path)
+                finally:
+                    os._exit(0)
             _session(request, base_path)  # never returns
         replies.write(json.dumps({"pid": pid}).encode() + b"\n")
         replies.flush()
+        if "spare" in request:
+            continue  # it ends when its requests do; it is reaped when it exits
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode()
                       + b"\n")
         replies.flush()
+    while True:  # the spares forked from it, closed before it (ZygotePool.close)
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
 
 
 def _session(request: dict, base_path: list[str]) -> None:
