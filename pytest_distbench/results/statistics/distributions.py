@@ -85,7 +85,7 @@ def mann_whitney_p_values(x: Sequence[float], y: Sequence[float],
     m, n = len(x), len(y)
     if not m or not n:
         raise ValueError("the Mann-Whitney test needs a value on each side")
-    ranks, ties = _average_ranks([*x, *y])
+    ranks, ties = average_ranks([*x, *y])
     u_x = sum(ranks[:m]) - m * (m + 1) / 2
     u_y = m * n - u_x
     if exact:
@@ -103,11 +103,12 @@ def mann_whitney_p_values(x: Sequence[float], y: Sequence[float],
             normal_sf((u_y - m * n / 2 - 0.5) / spread))
 
 
-def _average_ranks(values: list[float]) -> tuple[list[float], list[int]]:
-    """Ranks from 1, tied values sharing their average rank; the sizes of the tied groups."""
+def average_ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    """1-based ranks of `values` (ties share the mean of their ranks), and the size of each
+    group of two or more tied values."""
     order = sorted(range(len(values)), key=values.__getitem__)
     ranks = [0.0] * len(values)
-    ties = []
+    tie_sizes = []
     start = 0
     while start < len(order):
         end = start
@@ -116,9 +117,9 @@ def _average_ranks(values: list[float]) -> tuple[list[float], list[int]]:
         for i in order[start:end + 1]:
             ranks[i] = (start + end) / 2 + 1
         if end > start:
-            ties.append(end - start + 1)
+            tie_sizes.append(end - start + 1)
         start = end + 1
-    return ranks, ties
+    return ranks, tie_sizes
 
 
 @cache

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
+from .distributions import average_ranks
 from .stats import median
 
 DEFAULT_ALPHA = 0.01
@@ -177,7 +178,7 @@ def signed_rank_p_values(ratios: Sequence[float]) -> tuple[float, float]:
     n = len(nonzero)
     if n == 0:
         return 1.0, 1.0
-    ranks, tie_sizes = _average_ranks([abs(r) for r in nonzero])
+    ranks, tie_sizes = average_ranks([abs(r) for r in nonzero])
     t_plus = sum(rank for rank, r in zip(ranks, nonzero, strict=True) if r > 0)
     if n <= EXACT_SIGNED_RANK_UP_TO:
         # Exact, ties or not: twice an average rank is an integer, so the sign flips of the
@@ -191,25 +192,6 @@ def signed_rank_p_values(ratios: Sequence[float]) -> tuple[float, float]:
     z = (t_plus - mean) / sd
     normal = NormalDist()
     return 1 - normal.cdf(z), normal.cdf(z)
-
-
-def _average_ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
-    """1-based ranks of `values` (ties share the mean of their ranks), and the size of each
-    group of two or more tied values."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    tie_sizes = []
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for i in order[start:end + 1]:
-            ranks[i] = (start + end) / 2 + 1
-        if end > start:
-            tie_sizes.append(end - start + 1)
-        start = end + 1
-    return ranks, tie_sizes
 
 
 def judge_paired(
