@@ -224,6 +224,21 @@ def test_the_digest_shows_a_latency_at_its_smallest_size_and_sizes_as_the_tables
     document = plot_data.document(odd)
     compared = report.render(compare_documents(document, document, threshold=0.1))
     assert f" {shown} " in compared and "768 KiB" not in compared
+    # The replay's own table (its bytes/rank and its breakdown's bytes) printed 768 KiB where
+    # the digest printed 786440 B, for the same replayed step.
+    replay = plot_data.record("replay", nbytes=786440, seconds=0.02, busbw_factor=1.0,
+                              figures={"trace": "t", "trace_ranks": 4, "steps": 2, "calls": 40,
+                                       "breakdown": [{"op": "all_reduce", "group_size": 2,
+                                                      "bucket": 16, "calls": 8,
+                                                      "bytes": 786440, "seconds": 0.01}]})
+    rendered = table.render_tables([replay])
+    assert family_lines([replay])[0].split()[2:4] == shown.split()
+    assert len(re.findall(rf" {shown} ", rendered)) == 2 and "768 KiB" not in rendered
+    # A plot's series named by that size says the same (two sizes that round alike would
+    # otherwise share a legend).
+    from pytest_distbench.results.rendering.plot_spec import series_label
+
+    assert series_label(["nbytes"], replay) == shown
 
 
 @given(st.lists(st.floats(0.5, 5000), min_size=1, max_size=12), st.integers(40, 120))

@@ -45,7 +45,7 @@ def _step_row(r: Record) -> list[Any]:
     algbw = nbytes / p50 / 1e9 if p50 and nbytes else None
     original = f.get("original_s")
     return [printable(f.get("trace", "-")), f.get("trace_ranks", "-"), f.get("steps", "-"),
-            f.get("calls", "-"), units.format_size(nbytes),
+            f.get("calls", "-"), units.size_cell(nbytes),
             ci.with_pct(_ms(p50), ci.p50_pct(r), r), _ms(original), _ratio(p50, original),
             _gbps(algbw), "N/A" if r.get("wrong") is None else r["wrong"]]
 
@@ -67,7 +67,7 @@ def _breakdown_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
         share = b.get("share")
         known, original = b.get("original_calls") or 0, b.get("original_seconds")
         out.append([printable(b["op"]), b["group_size"], size_bucket(b["bucket"]), b["calls"],
-                    units.format_size(b["bytes"]),
+                    units.size_cell(b["bytes"]),
                     units.format_duration_us(b["seconds"] / b["calls"]) if b["calls"] else "-",
                     units.format_duration_us(original / known) + ("" if known == b["calls"]
                                                                   else f" ({known} known)")

@@ -166,7 +166,7 @@ class _Missing(dict):
 def _show(key: str, value: Any) -> str:
     name = key.rsplit(".", 1)[-1]
     if name == "nbytes" and isinstance(value, int) and value >= 0:
-        return units.format_size(value)
+        return units.size_cell(value)
     if name == "world_size":
         return f"{value} ranks"
     return str(value) if name in ("backend", "device") else f"{name}={value}"

@@ -293,7 +293,7 @@ def series_label(keys: Iterable[str], record: Record) -> str:
         if name == "world_size":
             parts.append(f"{value} ranks")
         elif name == "nbytes" and isinstance(value, int):
-            parts.append(units.format_size(value))
+            parts.append(units.size_cell(value))
         elif isinstance(value, str):  # a backend, a path, a transport: it names itself
             parts.append(value)
         else:
