@@ -40,6 +40,7 @@ def test_mann_whitney_p_values_are_scipys_with_and_without_ties(x, y):
     ours = mann_whitney_p_values(x, y, exact=exact)
     theirs = scipys(x, y, "exact" if exact else "asymptotic")
     assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-15)
+    assert mann_whitney_p_values(x, y) == ours  # the default chooses as above
     if not exact:  # the normal approximation is asked for wherever it is wanted
         return
     assert mann_whitney_p_values(x, y, exact=False) == pytest.approx(
@@ -69,6 +70,8 @@ def test_student_t_quantiles_are_scipys(dof):
 
 def test_student_t_quantile_refuses_what_has_none():
     assert student_t_quantile(0.5, 3) == 0.0
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        student_t_quantile(0.5, 0)  # refused before the median's shortcut
     for p in (0.0, 1.0, -0.1, math.nan):
         with pytest.raises(ValueError, match="0 < p < 1"):
             student_t_quantile(p, 3)

@@ -21,9 +21,6 @@ from functools import cache
 def _student_t_cdf(t: float, dof: int) -> float:
     """P(T <= t) for Student's t with `dof` (a whole number >= 1) degrees of freedom, to within
     about 1e-16 (absolute: far in the lower tail that is no relative precision)."""
-    if dof < 1 or int(dof) != dof:
-        raise ValueError(f"Student's t needs a whole number of degrees of freedom >= 1, "
-                         f"got {dof!r}")
     if math.isinf(t):
         return 1.0 if t > 0 else 0.0
     theta = math.atan(t / math.sqrt(dof))
@@ -48,6 +45,9 @@ def student_t_quantile(p: float, dof: int) -> float:
     """The t with P(T <= t) = p (0 < p < 1), to the last bit bisection can tell."""
     if not 0 < p < 1:
         raise ValueError(f"a quantile needs 0 < p < 1, got {p!r}")
+    if dof < 1 or int(dof) != dof:
+        raise ValueError(f"Student's t needs a whole number of degrees of freedom >= 1, "
+                         f"got {dof!r}")
     if p < 0.5:
         return -student_t_quantile(1 - p, dof)
     if p == 0.5:
@@ -71,23 +71,26 @@ def normal_sf(z: float) -> float:
 
 
 # Past this many pairs the exact distribution's table (m x n + 1 counts) is not worth it: the
-# normal approximation is accurate there (unpaired.py chooses).
+# normal approximation is accurate there.
 EXACT_MAX_PAIRS = 2500
 
 
 def mann_whitney_p_values(x: Sequence[float], y: Sequence[float],
-                          exact: bool) -> tuple[float, float]:
+                          exact: bool | None = None) -> tuple[float, float]:
     """One-sided Mann-Whitney U p-values: (x stochastically greater than y, x less), each the
     probability under no difference of a U at least as far that way (scipy's 'greater' and
     'less'). `exact`: the counted distribution (no ties, at most EXACT_MAX_PAIRS pairs);
-    else the normal approximation with the tie and continuity corrections. A test that cannot
-    tell anything (every value equal) gives 1.0 both ways."""
+    False: the normal approximation with the tie and continuity corrections; None (the
+    default): the counted one wherever it applies. A test that cannot tell anything (every
+    value equal) gives 1.0 both ways."""
     m, n = len(x), len(y)
     if not m or not n:
         raise ValueError("the Mann-Whitney test needs a value on each side")
     ranks, ties = average_ranks([*x, *y])
     u_x = sum(ranks[:m]) - m * (m + 1) / 2
     u_y = m * n - u_x
+    if exact is None:
+        exact = not ties and m * n <= EXACT_MAX_PAIRS
     if exact:
         if ties:
             raise ValueError("the exact Mann-Whitney distribution is for values without ties")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-from .distributions import EXACT_MAX_PAIRS, mann_whitney_p_values
+from .distributions import mann_whitney_p_values
 from .paired import DEFAULT_ALPHA, SIGNED_RANK_EFFICIENCY, detectable_change, robust_sd
 from .stats import median
 
@@ -102,9 +102,7 @@ def _one_sided_p_values(base: list[float], cur: list[float]) -> tuple[float, flo
     # the arguments gives bit-identical p-values and the verdict is exactly symmetric.
     swap = cur > base
     x, y = (base, cur) if swap else (cur, base)
-    ties = len(set(x).union(y)) < len(x) + len(y)
-    p_x_greater, p_x_less = mann_whitney_p_values(
-        x, y, exact=not ties and len(x) * len(y) <= EXACT_MAX_PAIRS)
+    p_x_greater, p_x_less = mann_whitney_p_values(x, y)
     if swap:  # x is the baseline: "current greater" is "x less"
         return p_x_less, p_x_greater
     return p_x_greater, p_x_less
