@@ -17,6 +17,7 @@ from pytest_distbench.harness.launcher import liveness, wire
 from pytest_distbench.harness.launcher.others import capped
 from pytest_distbench.harness.launcher.rank0 import _read_outcome
 from pytest_distbench.harness.launcher.storechannel import StoreChannel
+from pytest_distbench.harness.wire import Measurement, PrecisionStop
 
 STATUSES = ("passed", "failed", "skipped", "xfailed")
 
@@ -39,7 +40,9 @@ def test_json_nested_past_the_parsers_depth_is_a_failed_outcome_not_a_crash():
 
 
 def test_an_outcome_under_the_cap_travels_whole(monkeypatch):
-    outcome = wire.Outcome("passed", "", [{"name": "x"}], "printed\n", order=None, info={"a": 1})
+    measurement = Measurement("x", None, None, None, None, 1.0, 0, [1e-3], None,
+                              stop=PrecisionStop(0.05, "p50", "precision"))
+    outcome = wire.Outcome("passed", "", [measurement], "printed\n", order=None, info={"a": 1})
     assert _read_outcome(1, capped(outcome, 1).encode()) == outcome
 
 

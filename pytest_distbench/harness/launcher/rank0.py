@@ -14,7 +14,7 @@ import pytest
 from ...settings import Settings
 from ..controller.live import LivePrinter, terminal_stream
 from ..controller.outcome import RunResult, describe_problems, judge, tag
-from ..wire import Measurement, TestOutcome, WorldKey
+from ..wire import TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
 from .liveness import is_gone
@@ -263,7 +263,7 @@ def run_result(posted: dict[int, wire.Outcome]) -> RunResult:
     """The ranks' outcomes as the outcome pipeline takes them."""
     return RunResult(
         outcomes={r: TestOutcome(rank=r, status=o.status, message=o.message,
-                                 measurements=[Measurement(**m) for m in o.measurements],
+                                 measurements=o.measurements,
                                  rebuild=o.rebuild)
                   for r, o in posted.items()},
         output={r: o.output for r, o in posted.items() if o.output},

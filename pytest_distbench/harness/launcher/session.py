@@ -18,7 +18,6 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -227,7 +226,7 @@ class LauncherSession(Session):
                 rank_obj.on_progress = self._printer(item, task.settings.report_every_s)
                 result = rank_obj.run(task)
         return wire.Outcome(status=result.status, message=result.message,
-                            measurements=[asdict(m) for m in result.measurements],
+                            measurements=result.measurements,
                             output=self._take_output(), info=info, rebuild=result.rebuild)
 
     def _wait_for_the_others(self, running: hang.Running, outcome: wire.Outcome) -> None:

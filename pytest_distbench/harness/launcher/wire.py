@@ -8,8 +8,12 @@ network, and a peer's bytes are never unpickled.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from ..codec import WireError as WireError  # rank 0 names what it cannot read
+from ..codec import from_json, to_json
+from ..wire import Measurement
 
 # Outcomes carry every raw sample of every measurement (and the test's captured output): a
 # duration-bound run can take millions of samples, about 20 bytes each as JSON.
@@ -75,17 +79,13 @@ def stack(rank: int) -> str:
     return f"stack/{rank}"
 
 
-class WireError(ValueError):
-    """A message that is not what the wire carries."""
-
-
 @dataclass
 class Outcome:
     """One rank's end of one test."""
 
     status: str  # "passed", "failed", "skipped" or "xfailed"
     message: str
-    measurements: list[dict[str, Any]]  # wire.Measurement as a dict
+    measurements: list[Measurement]
     output: str  # what the rank printed during the test
     order: int | None = None  # the rank's place among the failed ranks (FAILURES)
     released: bool = False  # it closed its process group to release the others
@@ -93,26 +93,14 @@ class Outcome:
     rebuild: str = ""  # why its world cannot host another test (wire.TestOutcome.rebuild)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return to_json(self)
 
     @classmethod
     def from_json(cls, data: Any) -> Outcome:
-        _expect_fields(cls, data)
-        if data["status"] not in ("passed", "failed", "skipped", "xfailed"):
-            raise WireError(f"outcome status {data['status']!r}")
-        checks = {"message": str, "measurements": list, "output": str, "released": bool,
-                  "rebuild": str}
-        for name, kind in checks.items():
-            if not isinstance(data[name], kind):
-                raise WireError(f"outcome field {name!r} is {type(data[name]).__name__}")
-        if data["order"] is not None and (not isinstance(data["order"], int)
-                                          or isinstance(data["order"], bool)):
-            raise WireError("outcome field 'order' is not an integer")
-        if data["info"] is not None and not isinstance(data["info"], dict):
-            raise WireError("outcome field 'info' is not an object")
-        if not all(isinstance(m, dict) for m in data["measurements"]):
-            raise WireError("outcome measurements are not objects")
-        return cls(**data)
+        outcome = from_json(cls, data)
+        if outcome.status not in ("passed", "failed", "skipped", "xfailed"):
+            raise WireError(f"outcome status {outcome.status!r}")
+        return outcome
 
 
 @dataclass
@@ -124,19 +112,10 @@ class Verdict:
     rebuild: bool = False  # every rank leaves and rejoins its process group
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return to_json(self)
 
     @classmethod
     def from_json(cls, data: Any) -> Verdict:
         if isinstance(data, dict) and data.get("status") == "hung":
             return cls("hung")
-        _expect_fields(cls, data)
-        if not isinstance(data["message"], str) or not isinstance(data["rebuild"], bool):
-            raise WireError("verdict fields of the wrong type")
-        return cls(**data)
-
-
-def _expect_fields(cls: type, data: Any) -> None:
-    names = {f.name for f in fields(cls)}
-    if not isinstance(data, dict) or set(data) != names:
-        raise WireError(f"not a {cls.__name__}: expected the fields {sorted(names)}")
+        return from_json(cls, data)
