@@ -55,7 +55,8 @@ except ImportError:
 # small session's start-up (docs/architecture.md, "The test suite's time"). And it runs no
 # revisits (each stratum's points run 5 more times to measure the run-to-run noise): a test about
 # the interval, the noise or the ± asks for them on its command line, which wins.
-CHILD_SESSION_OPTIONS = "-p no:hypothesispytest --distbench-revisits=0"
+PLUGINS_OFF = "-p no:hypothesispytest"
+CHILD_SESSION_OPTIONS = f"{PLUGINS_OFF} --distbench-revisits=0"
 
 
 # What pytest-xdist tells its workers; a session under test that inherited them would take

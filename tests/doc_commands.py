@@ -14,14 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conftest import PLUGINS_OFF
+
 DOCS = ("README.md", "docs/*.md")
 LAUNCHERS = ("srun", "mpirun", "mpiexec")
 # What no machine of this project's CI has: another host, a scheduler, a GPU.
 ELSEWHERE = (
     (lambda argv: argv[0] in LAUNCHERS, "needs a SLURM/MPI allocation; its environment is "
-     "simulated in tests/test_launcher_run.py"),
+     "simulated at the defaults in tests/test_modes_at_defaults.py"),
     (lambda argv: any("HOST" in a or "host0" in a for a in argv), "needs a second machine; "
-     "two torchrun agents on loopback are run in tests/test_launcher_run.py"),
+     "two torchrun agents on loopback run at the defaults in tests/test_modes_at_defaults.py"),
     (lambda argv: "--backend=nccl" in argv, "needs a GPU (docs/gpu.md)"),
 )
 # Points whose own size makes them minutes long even at the smallest budget: run with -m slow.
@@ -52,6 +54,11 @@ ANY_SELECTION = ["-k", "all_reduce", "--tensor-size=1KiB"]
 ONE_SUITE = ["--pyargs", "pytest_distbench.suites.test_collectives", "-k", "all_reduce",
              "--tensor-size=1KiB,64KiB"]
 BUDGET = ["--distbench-iterations=3", "--distbench-warmup=1", "--distbench-timeout=120s"]
+# A launched command (torchrun) is shortened by its budget alone and runs with the product's
+# revisits: an iteration count, or the revisits off, is another way for a run to stop than the
+# user's (every measuring test failed under torchrun at the defaults while its count-mode
+# twins passed). Its records are built as a user's are; only the budget is smaller.
+LAUNCHED_BUDGET = ["--distbench-budget=0.1s", "--distbench-timeout=120s"]
 
 
 @dataclass
@@ -262,8 +269,19 @@ def runnable(command: Command, python: str, env: dict[str, str] | None = None) -
         argv = [python, "-m", "pytest", *argv[1:]]
     if not _has_selection(argv) and not _runs_everything(command.argv):
         argv += ONE_SUITE
-    argv += _budget(argv)
+    argv += ["-p", "no:cacheprovider", *LAUNCHED_BUDGET] if launched(command) else _budget(argv)
     return argv
+
+
+def launched(command: Command) -> bool:
+    """A command whose pytest runs as the launcher's ranks."""
+    return command.argv[0] in ("torchrun", *LAUNCHERS)
+
+
+def session_env(command: Command) -> dict[str, str]:
+    """What the command's pytest sessions run with beside the docs' own environment: a
+    launched one with the product's revisits, as its user has them."""
+    return {"PYTEST_ADDOPTS": PLUGINS_OFF} if launched(command) else {}
 
 
 def _with_python(launch: list[str], python: str) -> list[str]:

@@ -30,6 +30,7 @@ from doc_commands import (
     expand,
     narrower_twin,
     runnable,
+    session_env,
     where_not,
     why_extended,
     why_slow,
@@ -174,7 +175,8 @@ class Runner:
         if command.argv[:2] == ["pytest-distbench", "capture"]:  # the trace it makes is new
             shutil.rmtree(repo / command.argv[command.argv.index("--out") + 1])
         argv = runnable(command, sys.executable, _env(repo, command.env))
-        env = {**_env(repo, command.env), **torchrun_tmpdir(argv, checkout)}
+        env = {**_env(repo, command.env), **torchrun_tmpdir(argv, checkout),
+               **session_env(command)}
         began = time.monotonic()
         try:
             done = self.zygotes.run_command(argv, cwd=repo, env=env, timeout=TIMEOUT_S)

@@ -2,7 +2,10 @@
 environments, mismatched collection, a raising rank, a hanging rank.
 
 Every test starts the ranks itself and checks, through the leak_tag fixture, that no process
-outlives it.
+outlives it. Their sessions run with the suite's revisits off (tests/conftest.py) and, where
+they measure, a fixed count (ARGS): they check what the launcher does with its ranks. What a
+user runs, each launcher at the product's defaults, is tests/test_modes_at_defaults.py, and the
+rank killed mid-session below runs at the defaults too.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import textwrap
 import pytest
 import torch
 from launching import PYTEST, TORCHRUN, benchmark_ids, free_port, launch, read_results, run_all
+
+from conftest import PLUGINS_OFF
 
 BENCH = textwrap.dedent("""
     import os, pytest, torch, torch.distributed as dist
@@ -36,6 +41,10 @@ BENCH = textwrap.dedent("""
     def test_three_only(distbench):
         pass
 """)
+# A fixed count (and the suite's revisits off) where a test checks what a launcher does with
+# its ranks (placement, reports, the environment, skips), not how a run stops: its timing stays
+# the same under load. Each mode's run at the product's defaults, the way a user's stops, is
+# its twin in tests/test_modes_at_defaults.py.
 ARGS = ["--distbench", "--tensor-size=1KiB", "--distbench-iterations=10", "-rs"]
 
 
@@ -143,16 +152,19 @@ DIES_UNDER_TORCHRUN = """
     pytest.param(2, "ctypes.string_at(0)", True, marks=pytest.mark.extended),
 ], ids=["sigkill", "sigkill-no-collective-3-ranks", "segfault"])
 def test_torchrun_keeps_rank_0s_report_and_outputs_when_a_rank_dies(
-        pytester, leak_tag, nproc, death, communicate):
+        pytester, leak_tag, nproc, death, communicate, monkeypatch):
     """torchrun SIGTERMs the survivors about 0.1 s after a rank dies (and SIGKILLs them 30 s
     later): rank 0 reports the dead rank, keeps the test that passed and writes the results
-    file before it exits, within that grace."""
+    file before it exits, within that grace. At the product's defaults (a budget, the
+    revisits on), as a user's session is: the test before the death is measured the way the
+    user's would be and still reaches the file."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", PLUGINS_OFF)
     pytester.makepyfile(textwrap.dedent(DIES_UNDER_TORCHRUN).format(
         death=death, communicate=communicate))
     path = pytester.path / "k.json"
     [done] = run_all([(TORCHRUN + ["--standalone", f"--nproc-per-node={nproc}", "-m", "pytest",
                                    "-p", "no:cacheprovider", "--distbench", "-rA",
-                                   "--distbench-iterations=5", f"--distbench-json={path}"],
+                                   f"--distbench-json={path}"],
                        {})], pytester.path, timeout=150)
     assert done.returncode != 0
     assert "rank 1 (" in done.output and ") died during the test: it left without posting " \
@@ -221,8 +233,11 @@ def test_a_forked_child_never_answers_for_its_rank_in_launcher_mode(pytester, le
     assert "[rank 1] AssertionError: the rank's own process answers" in ranks[0].output
 
 
+@pytest.mark.extended
 def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
-    """Two torchrun agents, one per "node", meet at a c10d rendezvous and form one world."""
+    """Two torchrun agents, one per "node", meet at a c10d rendezvous and form one world.
+    Extended: its defaults twin (tests/test_modes_at_defaults.py) runs two nodes in the
+    default set; this one adds the fixtures and a world size the launch does not have."""
     pytester.makepyfile(BENCH)
     path = pytester.path / "run.json"
     port = free_port()
