@@ -65,6 +65,8 @@ class Setting:
     # Where --help lists it: one of settings.HELP_GROUPS; None for a family's own row, listed
     # in a group of the family's own. `help` is one sentence: --help adds the default.
     group: str | None = None
+    # What --help says of an unset default (None): "none", or what applies then.
+    unset: str = "none"
 
     @property
     def ini(self) -> str:

@@ -191,8 +191,8 @@ _TRAILING = (
              "A/B mode: a live baseline whose ranks run under this Python interpreter "
              "(another environment's torch or library)", metavar="PATH", group="baselines"),
     _session("rounds", "--distbench-rounds", None, str,
-             "A/B mode: interleaved rounds per benchmark, as docs/gating.md says when not "
-             "given", metavar="N", group="baselines"),
+             "A/B mode: interleaved rounds per benchmark", metavar="N", group="baselines",
+             unset="20 in A/B mode (harness/ab/mode.py DEFAULT_ROUNDS)"),
     _session("baseline_dir", None, "baselines", str,
              "directory of named baselines, relative to the rootdir", group="baselines"),
     _session("launcher", "--distbench-launcher", "auto", _launcher_mode,
@@ -301,7 +301,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Every row's option and ini key: the one place either is added."""
     for s in TABLE:
         if s.option is not None:
-            default = "none" if s.default is None else s.default
+            default = s.unset if s.default is None else s.default
             # A switch takes no value: `--distbench-print-env tests/x.py` must leave the path.
             kind = ({"action": "store_const", "const": "true"} if s.flag
                     else {"metavar": s.metavar})

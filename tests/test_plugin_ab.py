@@ -201,3 +201,8 @@ def test_help_lists_the_ab_and_history_options(pytester):
                    "--distbench-baseline-python=PATH", "--distbench-rounds=N",
                    "--distbench-append"):
         assert option in text, option
+    # The rounds a run takes when the option is not given, not "none".
+    from pytest_distbench.harness.ab.mode import DEFAULT_ROUNDS
+
+    rounds = " ".join(text.split("--distbench-rounds=N", 1)[1].split("--distbench-")[0].split())
+    assert f"(default: {DEFAULT_ROUNDS} in A/B mode" in rounds, rounds
