@@ -261,10 +261,10 @@ def write_lines(tr: Any, text: str, **markup: bool) -> None:
 
 def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None:
     if distbench.records:
-        from .results.rendering.table import LEGEND, render_tables
+        from .results.rendering.table import legend, render_tables
 
         tr.section("distbench results")
-        write_lines(tr, LEGEND)
+        write_lines(tr, legend(distbench.records))
         from .results.rendering.noise import noise_lines
 
         for line in noise_lines(distbench.records):

@@ -74,7 +74,9 @@ def _check_launched(records: dict[str, dict], out, launcher: str) -> None:
 
 def test_local_at_the_defaults(user_file):
     out = user_file.path / "local.json"
-    records = _check(*_local(user_file.path, out), out)
+    code, output = _local(user_file.path, out)
+    records = _check(code, output, out)
+    assert " ".join(output.split()).count("widened by the run-to-run noise measured below") == 1
     for record in records.values():  # the revisits ran: the ± holds the run-to-run noise
         assert record["p50_ci"]["basis"] == "session" and not record["p50_ci"].get(
             "noise_missing"), record["p50_ci"]
@@ -100,6 +102,10 @@ def test_torchrun_one_node_at_the_defaults(user_file):
                                    f"--distbench-json={out}"], {})],
                      user_file.path, timeout=240)
     _check_launched(_check(done.returncode, done.output, out), out, "torchrun")
+    # No revisits under a launcher: the legend promises no run-to-run noise.
+    said = " ".join(done.output.split())
+    assert "the run's own sampling interval: no run-to-run noise was measured" in said
+    assert "widened by the run-to-run noise" not in said
 
 
 def test_torchrun_two_nodes_at_the_defaults(user_file):

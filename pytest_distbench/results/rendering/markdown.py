@@ -25,7 +25,7 @@ def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
     lines = ["## pytest-distbench results", ""]
     if environment:
         lines += [f"_{_environment_line(environment, records)}_", ""]
-    lines += [f"_{table.LEGEND}_", ""]
+    lines += [f"_{table.legend(records)}_", ""]
     lines += [f"_{line.strip()}_" for line in noise_lines(records)]
     lines += [""] * bool(noise_lines(records))
     for (family, backend, world_size, device, placement), rows in table.grouped(records):

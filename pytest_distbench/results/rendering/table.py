@@ -284,9 +284,17 @@ def merged_size_notes(rows: list[Record]) -> list[str]:
 
 LEGEND = (
     "times are per iteration, slowest rank per iteration; headline = p50 ± half the 95 % "
-    "interval of the point's value in this session (the run's sampling interval widened by "
-    "the run-to-run noise measured below), in % of the p50; mean = what "
+    "interval of the point's value in this session ({interval}), in % of the p50; mean = what "
     "nccl-tests and PARAM comms print (stalls pull it up); bandwidths from the p50; "
     "GB/s = 1e9 bytes/s, MB/s = 1e6, KB/s = 1e3; skew = slowest rank p50 / median rank p50; "
     "stalls = iterations slower than 5x p50"
 )
+WIDENED = "the run's sampling interval widened by the run-to-run noise measured below"
+OWN_ONLY = "the run's own sampling interval: no run-to-run noise was measured, see below"
+
+
+def legend(records: Iterable[Record]) -> str:
+    """The legend over the tables: it promises run-to-run noise only where some row carries
+    it (not with --distbench-revisits=0, under a launcher, or where no point ran twice)."""
+    widened = any(isinstance((r.get("p50_ci") or {}).get("run_noise"), dict) for r in records)
+    return LEGEND.format(interval=WIDENED if widened else OWN_ONLY)
