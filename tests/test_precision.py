@@ -163,3 +163,41 @@ def test_a_budget_bound_run_ends_with_its_budget_when_iterations_slow_down(
         record = _records(out)["test_slowing"]
         # 0.5 s / 1 ms = 500 iterations were planned: 5 s at 10 ms. The run stops near 0.5 s.
         assert 0.4 < sum(record["samples"]) < 0.8, sum(record["samples"])
+
+
+SPEEDING = """
+import itertools, time, pytest
+
+@pytest.mark.distbench
+def test_speeding(distbench):
+    calls = itertools.count()
+    # Slow through the warm-up (a cold cache, a first connection), ten times faster once
+    # timed: the warm-up's count is a floor to plan from, not where the run stops.
+    distbench.measure(lambda: time.sleep(0.02 if next(calls) < 5 else 0.002))
+"""
+
+
+def test_a_budget_bound_run_spends_its_budget_when_iterations_speed_up(pytester, distbench_run):
+    pytester.makepyfile(SPEEDING)
+    out = pytester.path / "f.json"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-budget=0.4s",
+                           "--distbench-warmup=5", "--distbench-precision=off",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    record = _records(out)["test_speeding"]
+    # 0.4 s / 20 ms = 20 iterations planned, 40 ms at 2 ms: the run goes on to its budget.
+    assert sum(record["samples"]) >= 0.4, (record["iterations"], sum(record["samples"]))
+    assert record["iterations"] > 100
+
+
+def test_a_run_at_the_iteration_cap_says_so(pytester, distbench_run):
+    pytester.makepyfile(BENCH)
+    out = pytester.path / "m.json"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-budget=1s",
+                           "--distbench-max-iterations=40", "--distbench-precision=0.001%",
+                           "-k", "steady", f"--distbench-json={out}")
+    result.assert_outcomes(passed=1)
+    record = _records(out)["test_steady"]
+    assert record["iterations"] == 40
+    assert record["precision"]["stopped_by"] == "max_iterations"
+    assert record["precision"]["own_short"] is True

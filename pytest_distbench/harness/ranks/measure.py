@@ -163,28 +163,26 @@ class Distbench:
                     if self._run_for(timed, samples, s.duration_s, per_call, timed_here):
                         figures["stopped_at_sample_cap"] = True
                 else:
-                    iterations = s.iterations
-                    if iterations is None:
-                        wanted = math.ceil(s.budget_s / per_call)
-                        # The fewest iterations bow to the budget down to the fewest that give
-                        # a 95 % interval: a point of 0.8 s iterations takes 6, not 30.
-                        floor = min(s.min_iterations, max(MIN_INTERVAL_SAMPLES, wanted))
-                        iterations = max(floor, min(s.max_iterations, wanted))
                     if s.iterations is None:
-                        # Budget-bound: the budget's iterations, or fewer where the budget's
-                        # time runs out first (the warm-up's estimate of an iteration can be
-                        # short) or, with a target, the headline is known well enough.
+                        # Budget-bound: until the budget's time is spent, or the headline is
+                        # known well enough. The warm-up's estimate of an iteration only
+                        # bows the fewest iterations to the budget (a point of 0.8 s
+                        # iterations takes 6, not 30): it is no ceiling, since a timed
+                        # iteration can be far faster than a warm-up call was.
+                        wanted = math.ceil(s.budget_s / per_call)
+                        least = min(s.min_iterations, max(MIN_INTERVAL_SAMPLES, wanted),
+                                    s.max_iterations)
                         sampling = (s.precision if s.sampling_target is None
                                     else s.sampling_target)
                         stopped_by = self._run_precise(
-                            timed, samples, iterations, sampling or 0.0, timed_here,
-                            PRECISE[headline] if sampling else _never, s.budget_s)
+                            timed, samples, least, s.max_iterations, sampling or 0.0,
+                            timed_here, PRECISE[headline] if sampling else _never, s.budget_s)
                         if s.precision is not None:
                             noise = s.noise_stop and stopped_by == "precision"
                             stop = PrecisionStop(s.precision, headline,
                                                  "noise" if noise else stopped_by)
                     else:
-                        self._run_count(timed, samples, iterations)
+                        self._run_count(timed, samples, s.iterations)
                 elapsed = time.perf_counter() - started
             finally:
                 if reporter is not None:
@@ -452,14 +450,15 @@ class Distbench:
             pending = dist.all_reduce(decision, op=dist.ReduceOp.MAX, group=self._control,
                                       async_op=True)
 
-    def _run_precise(self, timed: Callable[[], float], samples: array, most: int,
+    def _run_precise(self, timed: Callable[[], float], samples: array, least: int, most: int,
                      precision: float, timed_here: bool,
                      precise: Callable[[Sequence[float], float], bool],
                      budget_s: float) -> str:
-        """Run at least min_iterations and at most `most` iterations (the budget's), stopping
-        once `precise` says the 95 % interval of the record's headline is within `precision`
-        ("precision"), or once the slowest rank's iterations have lasted `budget_s`
-        ("budget"; a chunk past it at most): the same in every rank.
+        """Run at least `least` and at most `most` iterations (--distbench-max-iterations),
+        stopping once `precise` says the 95 % interval of the record's headline is within
+        `precision` ("precision"), once the slowest rank's iterations have lasted `budget_s`
+        ("budget"; a chunk past it at most), or at `most` first ("max_iterations"): the same
+        in every rank.
 
         The record's samples are the slowest rank's time per iteration, so that is what must
         be precise: after each chunk (~CHUNK_S) the ranks start a non-blocking MAX all-reduce
@@ -468,9 +467,7 @@ class Distbench:
         same decision and sizes the same next chunk from them, without per-iteration traffic.
         """
         append = samples.append
-        # At least one: most and min_iterations are both >= 1 (most already bowed to the budget).
-        least = min(self._settings.min_iterations, most)
-        for _ in repeat(None, least):
+        for _ in repeat(None, least):  # at least one: both settings are counts of 1 or more
             append(timed())
         # The first chunk is sized from these iterations' own maxima (every rank waits for
         # them once): the warm-up's estimate of an iteration can be far from a timed one.
@@ -486,7 +483,7 @@ class Distbench:
             if stop is not None or size <= 0:
                 if pending is not None:
                     pending[0].wait()  # every rank posted it; none leaves it in flight
-                return stop or "budget"
+                return stop or "max_iterations"
             posted = len(samples)
             for _ in repeat(None, size):
                 append(timed())

@@ -205,6 +205,6 @@ def _judged_precision(record: Record) -> dict[str, object]:
     precision["achieved"] = achieved
     precision["met"] = achieved is not None and achieved <= precision["target"]
     precision["own_short"] = not precision["met"] and (
-        precision.get("stopped_by") == "budget" or bool(record["p50_ci"].get("regimes"))
-        or achieved is None)
+        precision.get("stopped_by") in ("budget", "max_iterations")
+        or bool(record["p50_ci"].get("regimes")) or achieved is None)
     return precision
