@@ -637,3 +637,32 @@ def test_a_comparison_fits_the_terminal_as_the_tables_do():
     assert all(v.name.split("[", 1)[0] in text for v in compared.verdicts)
     assert report.rule_line(compared) in unwrapped(text)
     assert report.render(compared, "markdown").count("\n|") > len(compared.verdicts)
+
+
+@given(st.floats(100.0, 5000.0), st.floats(0.5, 99.4))
+def test_no_interval_of_100_percent_or_more_is_printed_as_a_figure(wide, narrow):
+    """A point whose 95 % interval is as wide as its value reads `unstable`, defined once above
+    the tables, in its row, its -v line and its stratum's noise; a narrower one keeps its ±."""
+    from pytest_distbench.results.rendering import noise, registered
+
+    rows = []
+    for pct, nbytes, group in ((wide, 1024, "collectives gloo ws2"),
+                               (narrow, 2048, "collectives gloo ws2 large")):
+        record = _stalling_all_reduce()
+        p50 = record["summary"]["p50"]
+        record.update(nbytes=nbytes, id=f"t::all_reduce[{nbytes}]", p50_ci={
+            "level": 0.95, "low": max(p50 * (1 - pct / 100), 1e-9), "high": p50 * (1 + pct / 100),
+            "basis": "session", "half_width_pct": pct,
+            "run_noise": {"group": group, "half_width_pct": pct}})
+        rows.append(record)
+    text = table.render_tables(rows)
+    columns, cells = read_table(text.splitlines()[1:])
+    wide_cell, narrow_cell = (c[columns.index("p50 (us) ± 95% CI")] for c in cells)
+    assert wide_cell.endswith("(unstable)") and "±" not in wide_cell
+    assert re.fullmatch(r"[\d,.]+ ± [\d.]+ %\*?", narrow_cell), narrow_cell
+    said = noise.noise_lines(rows)
+    assert noise.UNSTABLE_NOTE in said
+    assert "collectives gloo ws2 unstable" in said[0] and not re.search(r"± \d{3,}", said[0])
+    assert "collectives gloo ws2 large ±" in said[0]
+    assert "(unstable)" in registered.headline([rows[0]])
+    assert noise.UNSTABLE_NOTE not in noise.noise_lines(rows[1:])

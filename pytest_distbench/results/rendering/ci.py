@@ -87,10 +87,27 @@ def basis_note(record: Record | None) -> str:
     return ""
 
 
+# A half-width this wide (in % of the figure) says the point has no one value in this session:
+# it is printed as a word, defined once above the tables (noise.py), not as a figure.
+UNSTABLE_PCT = 100.0
+UNSTABLE = "unstable"
+UNSTABLE_NOTE = (f"{UNSTABLE} = the point's 95 % interval is as wide as its value or wider "
+                 f"(± {UNSTABLE_PCT:.0f} % or more): it has no one value in this session; "
+                 "where its runs fell into regimes they are listed above")
+
+
+def unstable(pct: float | None) -> bool:
+    # As printed: a half-width that rounds to 100 % is one.
+    return pct is not None and math.isfinite(pct) and round(pct) >= UNSTABLE_PCT
+
+
 def pct_text(pct: float | None, record: Record | None = None) -> str:
-    """`± 4.1 %` (two significant digits), or why there is none."""
+    """`± 4.1 %` (two significant digits), `unstable` past UNSTABLE_PCT, or why there is
+    none."""
     if pct is None or not math.isfinite(pct):
         return f"({missing_reason(record, short=True)})"
+    if unstable(pct):
+        return f"({UNSTABLE})"
     if pct >= 10:
         return f"± {pct:.0f} %"
     return f"± {pct:.2g} %"

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from ... import units
 from ..document.record import Record
 from ..document.session_intervals import ROUNDS, is_rate
-from .ci import NOISE_MISSING_TEXT
+from . import ci
+from .ci import NOISE_MISSING_TEXT, UNSTABLE, UNSTABLE_NOTE, unstable
 
 
 def noise_line(records: Sequence[Record]) -> str | None:
@@ -26,8 +27,7 @@ def noise_line(records: Sequence[Record]) -> str | None:
             strata[noise["group"]] = noise["half_width_pct"]
         elif ci.get("noise_missing"):
             missing = ci["noise_missing"]
-    parts = ", ".join(f"{stratum} ± {pct:.2g} %" if pct < 10 else f"{stratum} ± {pct:.0f} %"
-                      for stratum, pct in
+    parts = ", ".join(_stratum_text(stratum, pct) for stratum, pct in
                       sorted(strata.items(), key=lambda kv: -kv[1]))
     if strata and missing:
         return ("each ± is the run's own sampling interval combined with the run-to-run noise "
@@ -40,6 +40,24 @@ def noise_line(records: Sequence[Record]) -> str | None:
     if missing:
         return f"each ± is the run's own sampling interval: {NOISE_MISSING_TEXT[missing]}"
     return None
+
+
+def _stratum_text(stratum: str, pct: float) -> str:
+    if unstable(pct):  # no ± past 100 % as a figure: its runs differ by more than their value
+        return f"{stratum} {UNSTABLE} (its runs differ by more than their own value)"
+    return f"{stratum} ± {pct:.2g} %" if pct < 10 else f"{stratum} ± {pct:.0f} %"
+
+
+def unstable_line(records: Sequence[Record]) -> str | None:
+    """What `unstable` in a row means, once, where some row or stratum says it."""
+    def shown(record: Record) -> bool:
+        noise = (record.get("p50_ci") or {}).get("run_noise")
+        pcts = [ci.p50_pct(record), ci.rate_pct(record) if is_rate(record) else None,
+                (record.get("figures") or {}).get("rate_ci_pct"),
+                noise.get("half_width_pct") if isinstance(noise, dict) else None]
+        return any(unstable(p) for p in pcts if isinstance(p, (int, float)))
+
+    return UNSTABLE_NOTE if any(shown(r) for r in records) else None
 
 
 def regime_lines(records: Sequence[Record]) -> list[str]:
@@ -70,4 +88,5 @@ def noise_lines(records: Sequence[Record]) -> list[str]:
     if regimes:
         regimes = ["points whose runs in this session fell into different regimes (their ± "
                    "spans them):", *(f"  {r}" for r in regimes)]
-    return ([line] if line else []) + regimes
+    said = unstable_line(records)
+    return ([line] if line else []) + ([said] if said else []) + regimes
