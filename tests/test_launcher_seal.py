@@ -384,6 +384,29 @@ def test_a_first_word_written_over_by_the_store_stops_the_rank_not_the_seal(stor
             runkey.agree(StoreChannel(client, RUN), 0, 2, "run.0", secret)
 
 
+@given(raw=st.one_of(st.binary(max_size=300), st.builds(
+    lambda tag, word: tag.encode() + json.dumps(word).encode(),
+    st.text("0123456789abcdef", min_size=64, max_size=64),
+    st.dictionaries(st.sampled_from(["held", "draw"]), st.one_of(
+        st.sampled_from(["job secret", "exchange", "ab" * 32]), st.integers(), st.none())))))
+def test_any_bytes_as_a_first_word_are_a_draw_of_the_job_or_a_disagreement(raw):
+    """Whatever a process that can write the store puts under a rank's first word: a rank with
+    the secret takes no draw from it but one sealed under the job key, and stops naming the
+    rank otherwise; a rank without takes nothing but the exchange's plain word."""
+    secret = JobSecret(SECRET.encode(), "DISTBENCH_SECRET")
+    job = Seal(job_key(secret.value, "run.0"))
+    key = RUN + runkey.hello(1)
+    with pytest.raises(runkey.Disagreement, match="rank 1"):
+        runkey._their_draw(1, raw, job, key, secret)
+    try:
+        assert runkey._their_draw(1, raw, None, key, None) == b""
+        assert json.loads(raw)["held"] == "exchange"
+    except runkey.Disagreement as exc:
+        assert "rank 1" in str(exc)
+    sealed = job.seal(key, json.dumps({"held": "job secret", "draw": "ab" * 32})).decode()
+    assert runkey._their_draw(1, sealed.encode(), job, key, secret) == bytes.fromhex("ab" * 32)
+
+
 def _private_file(path, text: str, mode: int):
     path.write_text(text)
     path.chmod(mode)
