@@ -466,3 +466,21 @@ def test_ranks_started_with_different_secrets_exit_at_once_naming_the_cause(pyte
             "this rank's (DISTBENCH_SECRET): every node must be given the same one") \
         in ranks[0].output, ranks[0].output
     assert max(r.seconds for r in ranks) < 60, [r.seconds for r in ranks]  # not the 60 s wait
+
+
+# Extended: the message of an exchange that cannot form (the ranks cannot reach each other, or
+# a relay on the store lost its race), end to end; no interface of that name makes gloo fail
+# at once on both ranks instead of after the 60 s a missing peer takes.
+@pytest.mark.extended
+def test_an_exchange_that_cannot_form_names_tampering_as_one_cause(pytester, leak_tag):
+    pytester.makepyfile(TESTS)
+    port = free_port()
+    ranks = run_all([(PYTEST + ["--distbench"], {
+        "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "GLOO_SOCKET_IFNAME": "nosuchif0"}) for r in range(2)], pytester.path, timeout=240)
+    assert [r.returncode for r in ranks] == [pytest.ExitCode.USAGE_ERROR] * 2, \
+        "\n".join(r.output for r in ranks)
+    assert "the ranks could not agree on the run's seal over a gloo process group" \
+        in ranks[0].output, ranks[0].output
+    assert ("or a process that can write the store tampered with the exchange (with a job "
+            "secret there is none: set DISTBENCH_SECRET") in ranks[0].output, ranks[0].output
