@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -420,12 +421,19 @@ def test_the_job_secret_is_read_from_the_variable_or_a_file_of_this_user_alone(t
     assert from_file.value == SECRET.encode()
     assert jobsecret.read({"DISTBENCH_SECRET": SECRET}).value == from_file.value
     assert SECRET not in repr(from_file)
+    assert jobsecret.read({"DISTBENCH_SECRET": "\udcff" * 16}).value == b"\xff" * 16
     for mode in (0o640, 0o604, 0o620, 0o602):
         loose = _private_file(tmp_path / f"loose{mode:o}", SECRET, mode)
         with pytest.raises(jobsecret.SecretError, match=(
                 f"DISTBENCH_SECRET_FILE='{loose}': the secret's file is open to group or "
-                f"others \\(mode {mode:04o}\\); make it readable by its owner alone: chmod 600")):
+                f"others \\(mode {mode:04o}\\); make it readable by its owner alone "
+                "\\(chmod 600\\)")):
             jobsecret.read({"DISTBENCH_SECRET_FILE": loose})
+    if os.geteuid() == 0:  # a file of another user, 0600: that user reads it
+        theirs = _private_file(tmp_path / "theirs", SECRET, 0o600)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(jobsecret.SecretError, match="belongs to user id 65534, not to this"):
+            jobsecret.read({"DISTBENCH_SECRET_FILE": theirs})
     for env, said in (({"DISTBENCH_SECRET": SECRET, "DISTBENCH_SECRET_FILE": private}, "both"),
                       ({"DISTBENCH_SECRET": "short"}, "has 5 characters, fewer than 16"),
                       ({"DISTBENCH_SECRET": ""}, "has 0 characters"),

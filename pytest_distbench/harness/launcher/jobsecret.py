@@ -39,7 +39,9 @@ def read(env: Mapping[str, str] | None = None) -> JobSecret | None:
         raise SecretError(f"both {SECRET_ENV} and {SECRET_FILE_ENV} are set: give the job's "
                           "secret one way")
     if inline is not None:
-        return JobSecret(_checked(inline.encode(), SECRET_ENV), SECRET_ENV)
+        # os.environ keeps bytes that are not UTF-8 as surrogates: they are the secret's too.
+        return JobSecret(_checked(inline.encode("utf-8", "surrogateescape"), SECRET_ENV),
+                         SECRET_ENV)
     if path is not None:
         if not path:
             raise SecretError(f"{SECRET_FILE_ENV} is set but empty: name the secret's file")
@@ -65,7 +67,7 @@ def _read_private(path: str, where: str) -> bytes:
         if st.st_mode & 0o077:
             raise SecretError(f"{where}: the secret's file is open to group or others (mode "
                               f"{stat.S_IMODE(st.st_mode):04o}); make it readable by its owner "
-                              f"alone: chmod 600 {path}")
+                              "alone (chmod 600)")
         chunks, size = [], 0
         while size <= MAX_BYTES:
             chunk = os.read(fd, MAX_BYTES + 1 - size)
