@@ -26,6 +26,8 @@ from zygote import (
     shared_pool,
 )
 
+from pytest_distbench.harness.launcher import jobsecret
+
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this VM does), pytest rewrote the
 # asserts of every test module again in each xdist worker of every run: collection took
 # 16 s of CPU a worker instead of 9. The rewritten modules go to the checkout's git-ignored
@@ -70,6 +72,10 @@ def child_session_environment():
         saved = os.environ.get("PYTEST_ADDOPTS")
         patch.setenv("PYTEST_ADDOPTS", f"{saved or ''} {CHILD_SESSION_OPTIONS}".strip())
         for name in XDIST_VARIABLES:
+            patch.delenv(name, raising=False)
+        # A job secret of the developer's own would seal every launched session under test
+        # (harness/launcher/jobsecret.py); the tests that want one set it.
+        for name in (jobsecret.SECRET_ENV, jobsecret.SECRET_FILE_ENV):
             patch.delenv(name, raising=False)
         # What the sessions, ranks and commands under test import is compiled once, as on a
         # user's machine: a machine that sets PYTHONDONTWRITEBYTECODE (this VM does) made each

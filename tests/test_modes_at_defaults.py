@@ -17,6 +17,7 @@ import pytest
 from launching import PYTEST, TORCHRUN, free_port, launch, read_results, run_all
 
 from conftest import PLUGINS_OFF
+from pytest_distbench.harness.launcher import runkey
 
 USER_FILE = textwrap.dedent("""
     import torch, torch.distributed as dist
@@ -65,6 +66,8 @@ def _check_launched(records: dict[str, dict], out, launcher: str) -> None:
     environment = read_results(out)["distbench"]["environment"]
     assert environment["launcher"]["name"] == launcher
     assert environment["launcher"]["ranks_per_host"] == {socket.gethostname(): 2}
+    # No job secret given: the results say the seal is the exchange's, and what that means.
+    assert environment["launcher"]["seal"] == runkey.HELD[False]
     for record in records.values():
         assert record["placement"] == "launcher" and len(record["rank_samples"]) == 2
         # Budget-bound, as a user's run is: the precision stop is recorded, typed, whole.

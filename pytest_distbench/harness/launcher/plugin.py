@@ -11,6 +11,7 @@ import pytest
 
 from ... import settings as settings_module
 from ..controller.outcome import WORLD_SIZE_ARG
+from . import runkey
 from .detect import LaunchEnv, resolve
 
 
@@ -93,7 +94,15 @@ class LauncherPlugin:
         launch = self.launch
         return [f"distbench: launcher mode ({launch.launcher}): {launch.world_size} ranks, "
                 f"this is rank 0 and reports for all; store {launch.master_addr}:"
-                f"{launch.master_port} (the network is the launcher's and yours to choose)"]
+                f"{launch.master_port} (the network is the launcher's and yours to choose)",
+                self._seal_line()]
+
+    def _seal_line(self) -> str:
+        """Which seal holds the ranks' messages, said once (runkey.py)."""
+        secret = self.session.job_secret
+        if secret is not None:
+            return f"distbench: seal: {self.session.seal_held} ({secret.source})"
+        return f"distbench: seal: {self.session.seal_held}; {runkey.GIVE_IT}"
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:

@@ -4,25 +4,20 @@ The launcher's store answers anyone who can reach its port, without a credential
 the same user finds MASTER_PORT and TORCHELASTIC_RUN_ID in a rank's environment, and the key
 names are public. So every value the ranks act on (each test's outcomes and verdict, the end
 status, the agreement rounds after the collection, a hang's stacks, the markers of a rank that
-is gone) carries an HMAC-SHA256 under a secret that no store holds: each rank draws 32 random
-bytes, an all_gather over a gloo process group of the ranks' own (direct TCP connections
-between them; the store carries only their addresses) gives every rank all of them, and the
-secret is their hash. The MAC covers the value and its full key (run id, test index, rank), so
-a value posted for one key is refused under another. A value whose MAC does not match is
-refused and named (Forged); what a store-only process can still do is in docs/launchers.md.
+is gone) carries an HMAC-SHA256 under the run's key, which no store holds. The MAC covers the
+value and its full key (run id, test index, rank), so a value posted for one key is refused
+under another. A value whose MAC does not match is refused and named (Forged). How the ranks
+come to the key (from the job's secret, or exchanged) is runkey.py's; what a store-only process
+can still do is in docs/launchers.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
-from datetime import timedelta
-from typing import Any
+from collections.abc import Sequence
 
-SECRET_BYTES = 32
 TAG_BYTES = 64  # the MAC as hex, in front of every sealed value
-AGREE_TIMEOUT_S = 60.0  # every rank has just answered the collection round: they are all there
 
 
 class Forged(ValueError):
@@ -58,20 +53,19 @@ class Seal:
         return data
 
 
-def agree(store: Any, prefix: str, rank: int, world_size: int) -> Seal:
-    """The run's seal, the same in every rank: every rank must call this at the same point.
-    Raises RuntimeError when the ranks cannot connect to each other."""
-    import torch
-    import torch.distributed as dist
+def job_key(secret: bytes, run_id: str) -> bytes:
+    """The key the job's secret gives this run id: what seals each rank's first word
+    (runkey.py), before the ranks know each other's draws."""
+    return hmac.new(secret, b"pytest-distbench job key\0" + run_id.encode(),
+                    hashlib.sha256).digest()
 
-    mine = secrets.token_bytes(SECRET_BYTES)
-    if world_size == 1:
-        return Seal(mine)
-    group = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "seal/", store), rank, world_size,
-                                  timedelta(seconds=AGREE_TIMEOUT_S))
-    try:
-        drawn = [torch.empty(SECRET_BYTES, dtype=torch.uint8) for _ in range(world_size)]
-        group.allgather([drawn], [torch.frombuffer(bytearray(mine), dtype=torch.uint8)]).wait()
-    finally:
-        del group  # its connections close with it
-    return Seal(hashlib.sha256(b"".join(t.numpy().tobytes() for t in drawn)).digest())
+
+def run_key(job: bytes, draws: Sequence[bytes]) -> bytes:
+    """The run's key: the job key over every rank's draw for this start, in rank order. Run ids
+    repeat (`env.0`, torchrun's `none`, an MPI job's), so the draws keep one start's values
+    from being replayed into another's; each draw is of one length, so the join is
+    unambiguous."""
+    if len({len(d) for d in draws}) > 1:
+        raise ValueError("the ranks' draws differ in length")
+    return hmac.new(job, b"pytest-distbench run key\0" + b"".join(draws),
+                    hashlib.sha256).digest()

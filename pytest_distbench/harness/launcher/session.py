@@ -27,7 +27,7 @@ from ..controller.live import LivePrinter
 from ..controller.outcome import prepare
 from ..controller.session import Session
 from ..wire import RankSpec, TestOutcome, WorldKey
-from . import hang, seal, wire
+from . import hang, jobsecret, runkey, wire
 from .agreement import Agreement
 from .detect import LaunchEnv
 from .liveness import Heartbeat, Peers, same_host_pids
@@ -49,6 +49,10 @@ class LauncherSession(Session):
 
     def __init__(self, config: pytest.Config, launch: LaunchEnv) -> None:
         super().__init__()
+        try:  # first: a secret that cannot be used stops the rank before it opens the store
+            self.job_secret = jobsecret.read()
+        except jobsecret.SecretError as exc:
+            raise pytest.UsageError(f"launcher mode: {exc}") from None
         self.config = config
         self.launch = launch
         self.rank = launch.rank
@@ -137,16 +141,27 @@ class LauncherSession(Session):
         self.index_of = {item.nodeid: i for i, item in enumerate(session.items)}
 
     def _agree_on_the_seal(self) -> None:
-        """From here on, what the ranks act on carries the run's seal (seal.py)."""
+        """From here on, what the ranks act on carries the run's seal (seal.py, runkey.py)."""
         try:
-            run_seal = seal.agree(self.channel.store, self.prefix, self.rank, self.world_size)
+            run_seal = runkey.agree(self.channel, self.rank, self.world_size,
+                                    self.launch.run_id, self.job_secret)
+        except runkey.Disagreement as exc:
+            pytest.exit(f"the ranks cannot agree on the run's seal: {exc}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
         except RuntimeError as exc:
             pytest.exit(f"the ranks could not agree on the run's seal over a gloo process "
-                        f"group of their own within {seal.AGREE_TIMEOUT_S:g} s (the ranks must "
-                        "reach each other directly, as their tests' process groups do; "
-                        f"GLOO_SOCKET_IFNAME names the interface): {str(exc)[:300]}",
+                        f"group of their own within {runkey.AGREE_TIMEOUT_S:g} s: the ranks "
+                        "must reach each other directly, as their tests' process groups do "
+                        "(GLOO_SOCKET_IFNAME names the interface); or a process that can write "
+                        "the store tampered with the exchange (with a job secret there is none: "
+                        f"{runkey.GIVE_IT}): {str(exc)[:300]}",
                         returncode=pytest.ExitCode.USAGE_ERROR)
         self.channel.seal = self._watch_channel.seal = run_seal
+
+    @property
+    def seal_held(self) -> str:
+        """Which seal holds, in the words of rank 0's header line and the results file."""
+        return runkey.HELD[self.job_secret is not None]
 
     # -- the in-process world ---------------------------------------------------------------
 
@@ -264,6 +279,7 @@ class LauncherSession(Session):
             "hosts": list(per_host),
             "ranks_per_host": per_host,
             "store": f"{self.launch.master_addr}:{self.launch.master_port}",
+            "seal": self.seal_held,
         }}
 
     def close(self) -> None:
