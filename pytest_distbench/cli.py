@@ -383,6 +383,8 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     problem = args.output is not None and output_path_problem(args.output)
+    if args.output is not None and os.path.realpath(args.output) == os.path.realpath(args.file):
+        problem = "is the results file itself (it would be replaced by the export)"
     if problem:
         _error(f"-o {args.output!r} {problem}")
         return EXIT_USAGE

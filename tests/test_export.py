@@ -333,6 +333,7 @@ def test_nothing_to_chart_is_said(tmp_path, capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["missing.json", "--format", "bencher"], "missing.json: no such file"),
     (["RUN", "--format", "bencher", "-o", "DIR"], "-o 'DIR' is a directory"),
+    (["RUN", "--format", "bencher", "-o", "RUN"], "is the results file itself"),
     (["RUN", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
     (["RUN"], "the following arguments are required: --format"),
 ])
@@ -347,3 +348,4 @@ def test_bad_input_is_one_line(files, capsys, args, message):
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
     assert message.replace("DIR", where) in err and "Traceback" not in err
+    assert "distbench" in json.loads(files["run"].read_text())  # the results file as it was
