@@ -408,18 +408,19 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _export_notes(done: export.Export, fmt: str, total: int) -> list[str]:
-    """What the exported file does not hold, and where it is: one line each."""
+    """What the exported file does not hold, and where it is: one line each, 120 columns
+    at most."""
     notes = []
     if done.left_out:
         reasons = ", ".join(f"{count} {why}" for why, count in sorted(done.left_out.items()))
         notes.append(f"left out {sum(done.left_out.values())} of {total} benchmark(s): "
-                     f"{reasons} (no figure a chart should take)")
+                     f"{reasons}")
     if done.elsewhere and fmt == export.SMALLER:
         notes.append(f"{done.elsewhere} rate benchmark(s) (bigger is better) are in "
                      f"--format {export.BIGGER}")
     elif done.elsewhere:
-        notes.append(f"{done.elsewhere} benchmark(s) with neither a rate nor a bus bandwidth: "
-                     f"their p50 is in --format {export.SMALLER}")
+        notes.append(f"{done.elsewhere} without a rate or busbw: their p50 is in --format "
+                     f"{export.SMALLER}")
     if not done.written and fmt != export.BENCHER:
         notes.append("WARNING: nothing to chart: github-action-benchmark refuses an empty list")
     return notes

@@ -173,6 +173,16 @@ def _rate_record(seed: int) -> dict:
             "figures": figures}
 
 
+def _barrier(seed: int) -> dict:
+    """A record that moves no data: a time, no bandwidth."""
+    record = benchmark_record(4, _samples(30e-6, seed))
+    name = "test_barrier[gloo-ws2]"
+    record.update(id=f"tests/bench.py::{name}", name=name, family="barrier", params={},
+                  nbytes=None, count=None, dtype=None, busbw_factor=None, algbw_gbps=None,
+                  busbw_gbps=None)
+    return record
+
+
 def _records(seed: int = 0) -> list[dict]:
     small = benchmark_record(1024, _samples(20e-6, seed + 1))
     large = benchmark_record(1 << 20, _samples(900e-6, seed + 2))
@@ -180,7 +190,8 @@ def _records(seed: int = 0) -> list[dict]:
     invalid["invalid"] = ["busbw 4000 GB/s is faster than this machine's memory copy"]
     incomplete = benchmark_record(64 << 20, [120.0])
     incomplete["incomplete"] = {"bound_s": 120.0, "reason": "timed out"}
-    return [_sealed(r) for r in (small, large, _rate_record(seed + 4))] + [invalid, incomplete]
+    sealed = [_sealed(r) for r in (small, large, _rate_record(seed + 4), _barrier(seed + 5))]
+    return sealed + [invalid, incomplete]
 
 
 def _document(seed: int = 0) -> dict:
@@ -220,17 +231,16 @@ def _by_id(doc_records: list[dict]) -> dict[str, dict]:
 def test_github_action_benchmark_reads_the_p50_and_its_interval(files):
     done = _export(files, "run", "github-action-benchmark", "-o", "latency.json")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "wrote latency.json: 2 benchmark(s), github-action-benchmark\n"
+    assert done.stdout == "wrote latency.json: 3 benchmark(s), github-action-benchmark\n"
     # stderr: what was left out and why, and where the rate went; each one line
     assert done.stderr.splitlines() == [
-        "pytest-distbench: export: left out 2 of 5 benchmark(s): 1 incomplete, 1 invalid (no "
-        "figure a chart should take)",
+        "pytest-distbench: export: left out 2 of 6 benchmark(s): 1 incomplete, 1 invalid",
         "pytest-distbench: export: 1 rate benchmark(s) (bigger is better) are in --format "
         "github-action-benchmark-bigger",
     ]
     records = _by_id(_records())
     benches = github_action_benchmark((files["dir"] / "latency.json").read_text())
-    assert len(benches) == 2
+    assert len(benches) == 3  # the collectives and the barrier; not the rate
     for bench in benches:
         record = records[bench["name"]]
         p50, ci = record["summary"]["p50"], record["p50_ci"]
@@ -251,7 +261,10 @@ def test_github_action_benchmark_reads_the_p50_and_its_interval(files):
 def test_github_action_benchmark_bigger_reads_busbw_and_the_rate(files):
     done = _export(files, "run", "github-action-benchmark-bigger")
     assert done.returncode == 0, done.stderr
-    assert "2 of 5 benchmark(s)" in done.stderr
+    assert done.stderr.splitlines() == [
+        "pytest-distbench: export: left out 2 of 6 benchmark(s): 1 incomplete, 1 invalid",
+        "pytest-distbench: export: 1 without a rate or busbw: their p50 is in --format "
+        "github-action-benchmark"]
     benches = {b["name"]: b for b in github_action_benchmark(done.stdout)}
     records = _by_id(_records())
     assert len(benches) == 3  # the two sized collectives and the rate
@@ -275,7 +288,8 @@ def test_bencher_reads_latency_busbw_and_throughput_from_a_baseline(files):
     """A baseline (a results file with earlier runs' p50s) exports its newest run."""
     done = _export(files, "baseline", "bencher", "-o", "bmf.json")
     assert done.returncode == 0, done.stderr
-    assert "left out 2 of 5" in done.stderr
+    assert done.stderr.splitlines() == [
+        "pytest-distbench: export: left out 2 of 6 benchmark(s): 1 incomplete, 1 invalid"]
     results = bencher_bmf((files["dir"] / "bmf.json").read_text())
     records = _by_id(_records(30))  # the newest run of the baseline
     assert set(results) == {r["id"] for r in records.values()
@@ -288,14 +302,16 @@ def test_bencher_reads_latency_busbw_and_throughput_from_a_baseline(files):
                                                "lower_value": f["msgs_per_s_ci_low"],
                                                "upper_value": f["msgs_per_s_ci_high"]}}
             continue
-        assert set(measures) == {"latency", "busbw-gbps"}
+        assert set(measures) == ({"latency"} if record["busbw_gbps"] is None else
+                                 {"latency", "busbw-gbps"})
         latency, ci = measures["latency"], record["p50_ci"]
         assert latency["value"] == pytest.approx(record["summary"]["p50"] * 1e9)
         assert latency["lower_value"] == pytest.approx(ci["low"] * 1e9)
         assert latency["upper_value"] == pytest.approx(ci["high"] * 1e9)
-        busbw = measures["busbw-gbps"]
-        assert busbw["lower_value"] < busbw["value"] == record["busbw_gbps"] < busbw[
-            "upper_value"]
+        if record["busbw_gbps"] is not None:
+            busbw = measures["busbw-gbps"]
+            assert busbw["lower_value"] < busbw["value"] == record["busbw_gbps"] < busbw[
+                "upper_value"]
 
 
 def test_the_readers_refuse_what_the_trackers_refuse():
@@ -317,7 +333,7 @@ def test_the_readers_refuse_what_the_trackers_refuse():
 
 def test_nothing_to_chart_is_said(tmp_path, capsys):
     """A file of invalid records only: an empty list, and a warning that the tool refuses it."""
-    doc = make_document(_records()[3:], ENVIRONMENT, ["pytest"], commit_info={})
+    doc = make_document(_records()[-2:], ENVIRONMENT, ["pytest"], commit_info={})
     write_document(doc, tmp_path / "bad.json", overwrite=False)
     assert cli.main(["export", str(tmp_path / "bad.json"), "--format",
                      "github-action-benchmark"]) == 0

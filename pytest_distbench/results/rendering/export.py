@@ -74,7 +74,7 @@ def _figures(doc: dict[str, Any], left_out: Counter[str]) -> Iterable[Record]:
         elif record.get("incomplete"):
             left_out["incomplete"] += 1
         elif headline(record) is None:
-            left_out["no headline figure"] += 1
+            left_out["without a figure"] += 1
         else:
             yield record
 
