@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from results_data import ENVIRONMENT, benchmark_record
 
 from pytest_distbench import cli
@@ -32,6 +34,7 @@ from pytest_distbench.results.document.session_intervals import (
     Evidence,
     with_interval,
 )
+from pytest_distbench.results.rendering import export
 from pytest_distbench.results.statistics.interval import p50_interval
 from pytest_distbench.results.statistics.stats import summarize
 
@@ -365,3 +368,26 @@ def test_bad_input_is_one_line(files, capsys, args, message):
     assert out == "" and len(err.strip().splitlines()) == 1, err
     assert message.replace("DIR", where) in err and "Traceback" not in err
     assert "distbench" in json.loads(files["run"].read_text())  # the results file as it was
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.floats(min_value=1e-7, max_value=10.0), min_size=1, max_size=80),
+       st.integers(min_value=1, max_value=1 << 30), st.booleans())
+def test_every_export_of_any_run_is_read_by_the_trackers(samples, nbytes, rate):
+    """Any samples (one to many, ties, a spread over eight decades), any size, a time or a
+    rate: each format is read by its tracker, the headline inside its interval."""
+    record = _rate_record(0) if rate else benchmark_record(nbytes, samples)
+    if rate:
+        record.update(samples=samples, summary=summarize(samples).as_dict(),
+                      figures={**message_rates(samples, 4, 8), "headline_statistic": "mean"})
+    doc = make_document([_sealed(record)], ENVIRONMENT, ["pytest"], commit_info={})
+    smaller, bigger = (export.export(doc, fmt) for fmt in export.FORMATS[:2])
+    assert smaller.written + bigger.written == 1 + (not rate)  # a rate is in one list
+    for done in (smaller, bigger):
+        for bench in github_action_benchmark(done.text) if done.written else []:
+            assert bench["name"] == record["id"] and bench["value"] > 0
+            assert "range" not in bench or extract_range_info(bench["range"]) is None
+    for measure in bencher_bmf(export.export(doc, export.BENCHER).text)[record["id"]].values():
+        low, high = measure["lower_value"], measure["upper_value"]
+        assert (low is None) == (high is None)
+        assert low is None or low <= measure["value"] <= high
