@@ -1,4 +1,5 @@
-"""The ``pytest-distbench`` command: compare stored runs without starting any torch world.
+"""The ``pytest-distbench`` command: compare, plot and export stored runs without starting any
+torch world (and capture a training launch's communication).
 
 Exit status: 0 normally; 1 when --fail-on-regression finds a regression or --strict finds that
 the runs come from different environments; 2 for bad input (missing, damaged or foreign file,
@@ -29,7 +30,9 @@ from pytest_distbench.results.document.io import (
     ResultsFileError,
     output_path_problem,
     read_document,
+    write_output,
 )
+from pytest_distbench.results.rendering import export
 from pytest_distbench.results.rendering.fit import printable
 from pytest_distbench.results.rendering.report import FORMATS, render
 from pytest_distbench.units import format_size, parse_fraction
@@ -107,8 +110,30 @@ def _build_parser() -> _Parser:
         help="treat runs from different environments (torch, CPU, GPUs, ...) as an error",
     )
     _add_plot_command(commands)
+    _add_export_command(commands)
     _add_capture_command(commands)
     return parser
+
+
+def _add_export_command(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "export",
+        help="a results file as github-action-benchmark's or Bencher's input, for their charts",
+        description=(
+            "Write each benchmark's headline and its 95 % interval in a CI tracker's format "
+            "(docs/ci.md): github-action-benchmark: its customSmallerIsBetter list (the p50, "
+            "us); github-action-benchmark-bigger: its customBiggerIsBetter list (a rate's "
+            "messages/s, else the bus bandwidth, GB/s); bencher: Bencher Metric Format "
+            "(latency in ns, busbw-gbps, throughput). Invalid and incomplete records are left "
+            "out, and counted on stderr."
+        ),
+    )
+    command.add_argument("file", metavar="RESULTS",
+                         help="a results file or a baseline (.json)")
+    command.add_argument("--format", required=True, choices=export.FORMATS,
+                         help="the tracker's format")
+    command.add_argument("-o", "--output", metavar="PATH", default=None,
+                         help="the file to write (replaced atomically; default: standard output)")
 
 
 def _parse_steps(text: str) -> list[int]:
@@ -167,11 +192,17 @@ def _add_plot_command(commands: argparse._SubParsersAction) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command not in ("compare", "plot", "capture"):
+    if args.command not in ("compare", "plot", "export", "capture"):
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
     if args.command == "capture":
         return _capture(args)
+    if args.command == "export":  # reads no family's tables: no family warnings
+        try:
+            return _export(args)
+        except BrokenPipeError:
+            sys.stderr.close()
+            return EXIT_OK
     from pytest_distbench.registry import family_problems
 
     for line in family_problems():  # its tables and plots are missing from what follows
@@ -348,6 +379,51 @@ def _plot(args: argparse.Namespace) -> int:
     if not written:
         print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
     return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    problem = args.output is not None and output_path_problem(args.output)
+    if args.output is not None and os.path.realpath(args.output) == os.path.realpath(args.file):
+        problem = "is the results file itself (it would be replaced by the export)"
+    if problem:
+        _error(f"-o {args.output!r} {problem}")
+        return EXIT_USAGE
+    docs = _read_documents([args.file])
+    if docs is None:
+        return EXIT_USAGE
+    done = export.export(docs[0], args.format)
+    if args.output is None:
+        sys.stdout.write(done.text)
+        sys.stdout.flush()
+    else:
+        try:
+            write_output(args.output, done.text.encode("utf-8"))
+        except OSError as exc:
+            _error(f"-o {args.output}: cannot write: {exc.strerror or exc}")
+            return EXIT_USAGE
+        print(f"wrote {args.output}: {done.written} benchmark(s), {args.format}")
+    for line in _export_notes(done, args.format, len(docs[0]["benchmarks"])):
+        print(f"{PROG}: export: {line}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _export_notes(done: export.Export, fmt: str, total: int) -> list[str]:
+    """What the exported file does not hold, and where it is: one line each, 120 columns
+    at most."""
+    notes = []
+    if done.left_out:
+        reasons = ", ".join(f"{count} {why}" for why, count in sorted(done.left_out.items()))
+        notes.append(f"left out {sum(done.left_out.values())} of {total} benchmark(s): "
+                     f"{reasons}")
+    if done.elsewhere and fmt == export.SMALLER:
+        notes.append(f"{done.elsewhere} rate benchmark(s) (bigger is better) are in "
+                     f"--format {export.BIGGER}")
+    elif done.elsewhere:
+        notes.append(f"{done.elsewhere} without a rate or busbw: their p50 is in --format "
+                     f"{export.SMALLER}")
+    if not done.written and fmt != export.BENCHER:
+        notes.append("WARNING: nothing to chart: github-action-benchmark refuses an empty list")
+    return notes
 
 
 def _capture(args: argparse.Namespace) -> int:

@@ -236,6 +236,20 @@ def nothing_measured(config: pytest.Config, distbench: Session) -> bool:
     return not asked
 
 
+def benchmark_json_note(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """pytest-benchmark's --benchmark-json in a distbench session: it writes the tests that
+    used its `benchmark` fixture (none under xdist, where it turns itself off), never a
+    distbench test; the line says which option writes those (a file pytest-benchmark reads)."""
+    try:
+        path = config.getoption("benchmark_json")
+    except ValueError:  # pytest-benchmark is not installed, or -p no:benchmark
+        return None
+    if not path or any("benchmark" in getattr(item, "fixturenames", ()) for item in items):
+        return None
+    return ("distbench: --benchmark-json wrote nothing (pytest-benchmark writes tests using its "
+            "fixture): use --distbench-json=PATH")
+
+
 def world_starts_line(starts: list[tuple[Any, float]]) -> str:
     """`gloo ws2 cpu 0.22 s` for one start; per kind of world, how many and their time."""
     by_world: dict[str, list[float]] = {}

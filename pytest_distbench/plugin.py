@@ -292,6 +292,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if xdist.hand_over(config, distbench, session):  # an xdist worker: the controller writes
         return
+    note = outputs.benchmark_json_note(config, session.items)
+    if note:
+        distbench.notes.append(note)
     written = (outputs.finish(config, distbench) if distbench.records
                else outputs.nothing_measured(config, distbench))
     if not written:

@@ -3,7 +3,9 @@ is run by tests/test_docs_commands.py: as written, plus a small budget.
 
 A command is one line of a fenced block (continued by a trailing backslash) that runs the
 product: `pytest ... --distbench ...`, `torchrun ... -m pytest --distbench ...`,
-`pytest-distbench ...`, or the srun/mpirun forms. Comments after `#` are dropped.
+`pytest-distbench ...`, or the srun/mpirun forms. Comments after `#` are dropped. In a YAML
+block (a CI recipe, docs/ci.md) a line may start with a list item's `- ` and a `run:` or
+`script:` key, as GitLab's `script:` lists and GitHub's one-line steps write a command.
 """
 
 from __future__ import annotations
@@ -83,21 +85,28 @@ def documented_commands(root: Path) -> list[Command]:
     return found
 
 
+# What a YAML block writes before a command: a list item's dash, a step's or a job's key.
+YAML_LEAD = re.compile(r"^\s*(?:-\s+)?(?:(?:run|script):\s+)?")
+
+
 def commands_in(markdown: str, name: str) -> list[Command]:
     """Every command line of the fenced blocks of `markdown` that runs the product."""
     out = []
-    fenced = False
+    fenced = yaml = False
     pending: list[str] = []
     start = 0
     for number, line in enumerate(markdown.splitlines(), start=1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
+            yaml = fenced and line.strip()[3:].strip() in ("yaml", "yml")
             pending = []
             continue
         if not fenced:
             continue
         if not pending:
             start = number
+            if yaml:
+                line = YAML_LEAD.sub("", line, count=1)
         stripped = line.rstrip()
         if stripped.endswith("\\"):
             pending.append(stripped[:-1])
@@ -195,6 +204,14 @@ EXTENDED = {
     "pytest --distbench --distbench-baseline-python=../main/.venv/bin/python":
         "A/B mode against another installation's interpreter (tests/test_plugin_ab.py runs "
         "--distbench-baseline-python against an installation of its own)",
+    "pytest --distbench --distbench-baseline-python=../main/.venv/bin/python "
+    "--distbench-markdown=$GITHUB_STEP_SUMMARY --junitxml=report.xml bench_comms.py":
+        "docs/ci.md's pull-request gate: A/B mode against another installation's interpreter on a "
+        "user's file, 45 s here (tests/test_plugin_ab.py runs --distbench-baseline-python, "
+        "tests/test_plugin_reports.py the markdown and JUnit)",
+    "pytest --distbench --distbench-baseline-python=../main/.venv/bin/python "
+    "--distbench-markdown=distbench.md --junitxml=report.xml bench_comms.py":
+        "docs/ci.md's GitLab twin of its GitHub pull-request gate (also extended)",
     "pytest --distbench --world-size=2 --pyargs pytest_distbench.suites -k p2p":
         "the p2p suite at every default size (tests/test_p2p_suite.py runs it at two ranks, "
         "its sizes chosen)",

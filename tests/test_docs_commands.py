@@ -242,6 +242,8 @@ def _check_outputs(command: Command, repo: Path, stdout: str, shown: str) -> Non
         out = repo / argv[argv.index("--out") + 1]
         assert list(out.glob("*.png")), shown
         return
+    if argv[0] == "pytest-distbench" and argv[1] == "export" and "-o" in argv:
+        assert (repo / argv[argv.index("-o") + 1]).is_file(), shown
     if argv[0] == "pytest-distbench":
         assert stdout.strip(), shown
         return
@@ -283,6 +285,33 @@ def test_the_reader_joins_continued_lines_drops_comments_and_skips_prose() -> No
     assert found[0].argv == ["pytest", "--distbench", "--world-size=3", "--pyargs", "x",
                              "--distbench-duration=30s"]
     assert found[1].env == {"RES_OPTIONS": "timeout:1"}
+
+
+def test_the_reader_finds_the_commands_of_a_ci_recipe() -> None:
+    """A YAML block's commands: GitHub's `run:` (one line, or a block), GitLab's `script:`
+    list items; its other lines (keys, other tools) are not commands."""
+    markdown = "\n".join([
+        "```yaml",
+        "steps:",
+        "  - run: pytest --distbench -k a",
+        "  - run: |",
+        "      pip install -e .",
+        "      pytest --distbench \\",
+        "        -k b",
+        "script:",
+        "  - pytest-distbench export run.json --format bencher -o bmf.json",
+        "  - bencher run --adapter json --file bmf.json",
+        "```",
+        "```",
+        "- pytest --distbench -k c   (a list item outside YAML is prose)",
+        "```",
+    ])
+    found = commands_in(markdown, "ci.md")
+    assert [c.source for c in found] == ["ci.md:3", "ci.md:6", "ci.md:9"]
+    assert [c.argv[:3] for c in found] == [["pytest", "--distbench", "-k"],
+                                           ["pytest", "--distbench", "-k"],
+                                           ["pytest-distbench", "export", "run.json"]]
+    assert found[1].argv[-1] == "b"
 
 
 def test_commands_that_cannot_run_here_say_where_they_are_exercised() -> None:

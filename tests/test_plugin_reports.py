@@ -31,10 +31,18 @@ def test_verbose_lines_junit_markdown_plots_and_merged_sizes(pytester, distbench
         "--distbench", "--world-size=2", "--tensor-size=4B,8B,1KiB", "-v", WITH_REVISITS,
         "--distbench-iterations=8", "--distbench-warmup=1",
         "--junitxml=report.xml", f"--distbench-markdown={summary}", "--distbench-plot=plots",
+        "--benchmark-json=pb.json",
     )
     # all_gather of 4 B and 8 B at 2 ranks both move 8 B (one float per rank): run once.
     result.assert_outcomes(passed=3, deselected=1)
     out = result.stdout.str()
+    # pytest-benchmark's own option writes the tests that used its fixture: none here. One
+    # line says which option writes these (issue 53: it wrote nothing, silently).
+    assert not (pytester.path / "pb.json").exists()
+    said = [line for line in out.splitlines() if "--benchmark-json" in line]
+    assert said == ["distbench: --benchmark-json wrote nothing (pytest-benchmark writes tests "
+                    "using its fixture): use --distbench-json=PATH"], said
+    assert len(said[0]) <= 120
     number = r"[0-9][0-9,]*(\.[0-9]+)?"
     # The -v line comes before the session measured its run-to-run noise: it shows the ± known
     # so far (here the run's own) and says the tables at the end have the session's.
@@ -173,3 +181,32 @@ def test_plot_without_matplotlib_stops_before_any_rank(pytester, distbench_run, 
     assert '--distbench-plot: plots need matplotlib' in err
     assert 'pip install "pytest-distbench[plot]"' in err
     assert "passed" not in result.stdout.str()
+
+
+class _Config:
+    def __init__(self, json_path: str | None, installed: bool = True) -> None:
+        self.json_path, self.installed = json_path, installed
+
+    def getoption(self, name: str):
+        if not self.installed:  # what pytest says of an option no plugin added
+            raise ValueError(f"no option named {name!r}")
+        assert name == "benchmark_json"
+        return self.json_path
+
+
+class _Item:
+    def __init__(self, *fixtures: str) -> None:
+        self.fixturenames = list(fixtures)
+
+
+def test_the_benchmark_json_line_only_where_pytest_benchmark_writes_nothing():
+    from pytest_distbench.outputs import benchmark_json_note
+
+    distbench_only = [_Item("distbench", "nbytes")]
+    assert benchmark_json_note(_Config("pb.json"), distbench_only).startswith(
+        "distbench: --benchmark-json wrote nothing")
+    assert benchmark_json_note(_Config("pb.json"), []) is not None  # an xdist controller
+    assert benchmark_json_note(_Config(None), distbench_only) is None
+    assert benchmark_json_note(_Config("pb.json", installed=False), distbench_only) is None
+    # a session that also runs pytest-benchmark's own tests: its file holds them
+    assert benchmark_json_note(_Config("pb.json"), [*distbench_only, _Item("benchmark")]) is None

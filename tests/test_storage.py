@@ -290,6 +290,43 @@ def test_pytest_benchmark_compare_lists_our_benchmarks(tmp_path):
     assert f"{min(record['samples']) * 1e6:,.4f}" in out
 
 
+def test_pytest_benchmark_view_names_what_outside_charts_must_keep_apart(tmp_path):
+    """Issue 53: `params` carry the backend and world size (pytest-benchmark compare
+    --group-by=param:backend raised KeyError), a CUDA batch record's round is its batch
+    (`iterations`: its samples average that many calls), and an invalid or incomplete entry
+    is named apart, in `name` (pytest-benchmark) and `fullname` (github-action-benchmark,
+    Bencher), so a chart keyed by name starts a series of its own for it."""
+    plain = make_record(1024, seed=8)
+    batch = make_record(1 << 20, seed=9)
+    batch.update(timing="cuda-batch", batch_iterations=16)
+    invalid = make_record(4 << 20, seed=10)
+    invalid["invalid"] = ["faster than this machine's memory copy"]
+    incomplete = make_record(8 << 20, seed=11)
+    incomplete["incomplete"] = {"bound_s": 120.0, "reason": "timed out"}
+    doc = make_doc(plain, batch, invalid, incomplete)
+    entries = {bench["distbench"]["id"]: bench for bench in doc["benchmarks"]}
+    for record in (plain, batch, invalid, incomplete):
+        params = entries[record["id"]]["params"]
+        assert params == {"backend": "gloo", "world_size": 2, **record["params"]}
+    assert entries[plain["id"]]["stats"]["iterations"] == 1
+    assert entries[batch["id"]]["stats"]["iterations"] == 16
+    assert entries[plain["id"]]["name"] == plain["name"]
+    assert entries[plain["id"]]["fullname"] == plain["id"]
+    for record, mark in ((invalid, " (invalid)"), (incomplete, " (incomplete)")):
+        entry = entries[record["id"]]
+        assert (entry["name"], entry["fullname"]) == (record["name"] + mark, record["id"] + mark)
+        assert entry["param"] == record["name"][record["name"].index("[") + 1:-1]
+    path = tmp_path / "0001_run.json"
+    write_document(doc, path, overwrite=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", "--group-by=param:backend",
+         str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    assert "backend=gloo" in out
+    assert f"{incomplete['name']} (incomplete)" in out and f"{invalid['name']} (invalid)" in out
+
+
 # --------------------------------------------------------------------------------------- reading
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from .fields import is_int
 from .normalize import json_safe
 from .record import Record
 from .schema import (
@@ -76,28 +77,37 @@ def make_document(
 
 
 def _benchmark_entry(record: Record) -> dict[str, Any]:
-    """One pytest-benchmark benchmark entry, carrying the full record under "distbench"."""
+    """One pytest-benchmark benchmark entry, carrying the full record under "distbench".
+
+    What outside tools read from it: pytest-benchmark's compare groups by `params` (so they
+    name the backend and world size), github-action-benchmark and Bencher chart `fullname`
+    (so a record that is no measurement, invalid or incomplete, is named apart: its chart
+    starts a series of its own instead of joining the figures')."""
     name = record.get("name")
     param = None
     if isinstance(name, str) and name.endswith("]") and "[" in name:
         param = name[name.index("[") + 1 : -1]
+    marks = [mark for mark in ("invalid", "incomplete") if record.get(mark)]
+    marked = f" ({', '.join(marks)})" if marks else ""
+    params = {"backend": record.get("backend"), "world_size": record.get("world_size"),
+              **(record.get("params") or {})}
     return {
         "group": f"{record.get('family')} {record.get('backend')} ws{record.get('world_size')}",
-        "name": name,
-        "fullname": record.get("id"),
-        "params": record.get("params"),
+        "name": f"{name}{marked}",
+        "fullname": f"{record.get('id')}{marked}",
+        "params": params,
         "param": param,
         "extra_info": {
             key: record.get(key)
             for key in ("backend", "world_size", "device", "nbytes", "algbw_gbps", "busbw_gbps")
         },
         "options": {"warmup_iterations": record.get("warmup")},
-        "stats": _pytest_benchmark_stats(record.get("samples")),
+        "stats": _pytest_benchmark_stats(record.get("samples"), record.get("batch_iterations")),
         "distbench": record,
     }
 
 
-def _pytest_benchmark_stats(samples: Any) -> dict[str, Any]:
+def _pytest_benchmark_stats(samples: Any, batch: Any = None) -> dict[str, Any]:
     if not isinstance(samples, list) or not samples or not all(is_number(s) for s in samples):
         return {}  # validation names the real problem (the record's samples)
     # pytest-benchmark's own Stats, so its compare command sees exactly the figures it would
@@ -110,8 +120,9 @@ def _pytest_benchmark_stats(samples: Any) -> dict[str, Any]:
         stats.update(sample)
     out = stats.as_dict()
     out["data"] = list(samples)
-    # Each sample is one timed call of the operation, hence one iteration per round.
-    out["iterations"] = 1
+    # pytest-benchmark's round: `iterations` calls timed together, each sample their average.
+    # A sample is one timed call, or with CUDA-event timing one batch of `batch_iterations`.
+    out["iterations"] = batch if is_int(batch) and batch > 0 else 1
     return out
 
 
