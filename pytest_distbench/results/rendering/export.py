@@ -139,7 +139,9 @@ def _measures(record: Record) -> dict[str, dict[str, float]]:
 def _metric(value: float, bounds: tuple[float, float] | None) -> dict[str, float]:
     metric = {"value": value}
     if bounds is not None:
-        metric.update(lower_value=bounds[0], upper_value=bounds[1])
+        # A headline and its interval are computed apart: where every sample ties they can
+        # miss each other by a rounding, which Bencher reads as a value outside its bounds.
+        metric.update(lower_value=min(bounds[0], value), upper_value=max(bounds[1], value))
     return metric
 
 
