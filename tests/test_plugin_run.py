@@ -132,14 +132,15 @@ def test_results_file_holds_per_iteration_max_of_rank_samples(pytester, distbenc
              "rank per iteration ± 95 % CI")
     headers, rows = table_under(result.stdout.str(), title)
     assert headers == ["size", "count", "type", "p50 (us) ± 95% CI", "mean (us) nccl-tests/PARAM",
-                       "p95 (us)", "algbw", "busbw", "% of peak", "#wrong", "skew", "stalls"]
+                       "p95 (us)", "algbw", "busbw", "#wrong", "skew", "stalls"]
     assert [r[:3] for r in rows] == [["1 KiB", "256", "float32"], ["64 KiB", "16384", "float32"]]
-    assert all(re.fullmatch(r"[\d,.]+ ± [\d.]+ %\*?", r[3]) for r in rows), rows
+    # (unstable) where a loaded machine's runs differ by more than their value.
+    assert all(re.fullmatch(r"[\d,.]+ (± [\d.]+ %|\(unstable\))\*?", r[3]) for r in rows), rows
     result.stdout.fnmatch_lines([
         "*distbench results*",
         title,
         "# Avg bus bandwidth: * ?B/s*",
-        "# % of peak = busbw / * GB/s (measured: this host's fastest memory copy)",
+        "# % of peak: no peak known for gloo on cpu at 2 ranks (a host's copy rate moves*",
         "# test_custom  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
         "rank per iteration ± 95 % CI",
         f"*wrote results file {path}*",

@@ -478,19 +478,25 @@ class Distbench:
         while True:
             stop = ("precision" if precise(slowest, precision)
                     else "budget" if math.fsum(slowest) >= budget_s else None)
-            size = min(self._chunk_size(CHUNK_S, statistics.fmean(slowest)),
-                       most - len(samples))
-            if stop is not None or size <= 0:
+            # Planned again from the timed iterations themselves: the next chunk ends near
+            # the budget's end, counting the one still in flight at their mean.
+            per_call = max(statistics.fmean(slowest), 1e-9)
+            left = budget_s - math.fsum(slowest) - (len(samples) - len(slowest)) * per_call
+            size = min(self._chunk_size(CHUNK_S, per_call), most - len(samples),
+                       math.ceil(left / per_call) if left > 0 else 0)
+            if stop is not None or (size <= 0 and pending is None):
                 if pending is not None:
                     pending[0].wait()  # every rank posted it; none leaves it in flight
-                return stop or "max_iterations"
+                return stop or ("max_iterations" if len(samples) >= most else "budget")
             posted = len(samples)
             for _ in repeat(None, size):
                 append(timed())
             if pending is not None:
                 pending[0].wait()
                 slowest.extend(pending[1].tolist())
-            pending = self._post_chunk(samples, posted, timed_here)
+            # Nothing new to post where the budget looked spent: the next pass reads the
+            # chunk that was in flight and decides on every iteration's time.
+            pending = self._post_chunk(samples, posted, timed_here) if size > 0 else None
 
     def _post_chunk(self, samples: array, first: int, timed_here: bool) -> tuple[Any, Any]:
         """Start the MAX all-reduce of samples[first:] over the ranks that are timed."""
