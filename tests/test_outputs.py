@@ -187,3 +187,39 @@ def test_an_output_path_no_file_can_have_is_a_usage_error_before_any_rank(
     [line] = [line for line in result.stderr.lines if line.strip()]
     assert line.startswith(f"ERROR: {option}: ") and line.endswith(problem), line
     assert "passed" not in result.stdout.str()  # nothing ran
+
+
+def test_a_record_no_results_file_holds_fails_the_session_and_the_rest_are_written(
+        pytester, distbench_run):
+    """A record that passed its check when made and was spoilt after it (a share of an
+    infinite peak, before the option's bound: issue 54, item 8) is named in an ERROR and left
+    out; every other record is written, and the digest does not say "every sample"."""
+    pytester.makeconftest("""
+from pytest_distbench.results import peaks
+
+def of_peak(record, peak):  # the bug simulated: a share no results file holds
+    if record["nbytes"] != 16:
+        return None
+    return {"pct": float("inf"), "bandwidth": "busbw", "peak_gbps": 1.0, "source": "a bug"}
+
+peaks.of_peak = of_peak
+""")
+    pytester.makepyfile(test_bench="""
+import time, pytest
+
+@pytest.mark.distbench(iterations=3, warmup=1)
+def test_sleep(distbench, nbytes):
+    distbench.measure(lambda: time.sleep(0.001), nbytes=nbytes)
+""")
+    out = pytester.path / "run.json"
+    result = distbench_run("--distbench", "--world-size=2", "--tensor-size=16B,32B",
+                           "--distbench-revisits=0", "--distbench-peak-busbw=gloo:1",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [error] = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert "left out of every output: invalid benchmark record " in error
+    assert "16B" in error and ": of_peak: expected an object with pct" in error
+    assert [b["distbench"]["nbytes"] for b in json.loads(out.read_text())["benchmarks"]] == [32]
+    digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
+    assert f"every sample in {out} but those of 1 record(s) (the ERROR above)" in digest
