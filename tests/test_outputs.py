@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+import subprocess
 import threading
 
 import pytest
@@ -223,3 +225,79 @@ def test_sleep(distbench, nbytes):
     assert [b["distbench"]["nbytes"] for b in json.loads(out.read_text())["benchmarks"]] == [32]
     digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
     assert f"every sample in {out} but those of 1 record(s) (the ERROR above)" in digest
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (mount: root only), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=30)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True, timeout=30)
+
+
+def _fill(path):
+    """Write to `path` until the file system holding it is full."""
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_a_markdown_append_on_a_full_disk_leaves_the_summary_as_it_was(pytester, distbench_run,
+                                                                       small_disk):
+    """Part of the tables fits, the rest does not: the part is cut off again, so the summary
+    a CI job shows is not left ending mid-line while the session says "not written" (issue
+    54, item 11)."""
+    pytester.makepyfile(test_bench=BENCH)
+    summary = small_disk / "summary.md"
+    earlier = "earlier step\n" + "x" * 4000 + "\n"  # 82 bytes left in its page of the disk
+    summary.write_text(earlier)
+    _fill(small_disk / "filler")
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-revisits=0",
+                           f"--distbench-markdown={summary}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"*ERROR: could not append markdown to {summary}: *No space "
+                                 "left on device*"])
+    assert summary.read_text() == earlier
+    digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
+    assert f"as markdown: --distbench-markdown: {summary} not written (the ERROR above)" in digest
+
+
+def test_an_append_cut_off_is_said_where_it_cannot_be_undone(tmp_path, monkeypatch):
+    """Without root: the disk fills after 50 bytes of the append (os.write); the append is cut
+    off again, and where truncating fails too, the error says what is left in the file."""
+    from pytest_distbench.results.document.io import append_output
+
+    path = tmp_path / "summary.md"
+    path.write_bytes(b"earlier step\n")
+    real_write = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_size >= len(b"earlier step\n") + 50:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data[:25]))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        append_output(path, b"## ours\n" + b"x" * 1000)
+    assert path.read_bytes() == b"earlier step\n"
+
+    def fails(fd, size):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "ftruncate", fails)
+    with pytest.raises(OSError) as caught:
+        append_output(path, b"## ours\n" + b"x" * 1000)
+    monkeypatch.undo()
+    assert str(caught.value) == ("No space left on device; 50 bytes of it left at the end of "
+                                 "the file, cut mid-line (removing them failed: Input/output "
+                                 "error)")
+    assert path.read_bytes() == b"earlier step\n" + b"## ours\n" + b"x" * 42

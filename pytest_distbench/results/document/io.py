@@ -116,7 +116,11 @@ def write_output(path: str | os.PathLike[str], data: bytes, *, overwrite: bool =
 
 def append_output(path: str | os.PathLike[str], data: bytes) -> None:
     """Append ``data`` to ``path`` (created if missing): a regular file, a character device or
-    a FIFO with a reader; anything else is an OSError saying what the path is."""
+    a FIFO with a reader; anything else is an OSError saying what the path is.
+
+    All or nothing in a regular file: an append that fails part way (a full disk, an
+    interrupt) is cut off again, the file truncated to the size it had; where even that fails,
+    the OSError says how much of the append is left in the file."""
     mode = _mode(Path(path))
     if mode is not None and not stat.S_ISREG(mode):
         _write_through(path, Path(path), mode, data)
@@ -124,9 +128,28 @@ def append_output(path: str | os.PathLike[str], data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
                  0o666)
     try:
-        _write_all(fd, data)
+        before = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+        except BaseException as exc:
+            _cut_back(fd, before, exc)
+            raise
     finally:
         os.close(fd)
+
+
+def _cut_back(fd: int, size: int, cause: BaseException) -> None:
+    """The file back at `size` after a failed append; an OSError saying what is left if not."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        try:
+            left = f"{os.fstat(fd).st_size - size} bytes of it"
+        except OSError:
+            left = "part of it"
+        reason = getattr(cause, "strerror", None) or type(cause).__name__
+        raise OSError(f"{reason}; {left} left at the end of the file, cut mid-line (removing "
+                      f"them failed: {exc.strerror or exc})") from None
 
 
 def output_path_problem(path: str, *, directory: bool = False) -> str | None:
