@@ -157,8 +157,33 @@ def headline_of(item: pytest.Item) -> str | None:
 
 # -- the end of the session --------------------------------------------------------------------
 
+class OutputsInterrupted(Exception):
+    """SIGINT or SIGTERM came while the outputs were written; the ERROR line says so."""
+
+
 def finish(config: pytest.Config, distbench: Session) -> bool:
-    """Build the document and write every requested output; False when one was not written."""
+    """Build the document and write every requested output; False when one was not written.
+
+    A SIGINT or SIGTERM meanwhile stops the writing: the output being written stays as it was
+    (io.py: no temporary file, no partial append), those after it are not written, and
+    OutputsInterrupted follows one ERROR line saying so (not a traceback, nor a process
+    killed mid-write)."""
+    from .results.document.io import interrupting_signal, sigterm_interrupts
+
+    try:
+        with sigterm_interrupts():
+            _finish(config, distbench)
+    except KeyboardInterrupt as exc:
+        name = interrupting_signal(exc).name
+        written = ", ".join(sorted(map(str, distbench.written))) or "none"
+        _failed(distbench, f"interrupted ({name}) while writing the outputs: the one being "
+                           "written is left as it was (no temporary file, no partial append) "
+                           f"and those after it are not written; written: {written}")
+        raise OutputsInterrupted from None
+    return not distbench.output_errors
+
+
+def _finish(config: pytest.Config, distbench: Session) -> None:
     from .results import document as storage
     from .results.document.environment import controller_environment, cpu_probe, merge_rank_facts
 
@@ -195,7 +220,6 @@ def finish(config: pytest.Config, distbench: Session) -> bool:
     markdown_path = options.markdown
     if markdown_path:
         _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory)
-    return not distbench.output_errors
 
 
 def _left_out(distbench: Session, problem: Exception) -> None:

@@ -301,3 +301,48 @@ def test_an_append_cut_off_is_said_where_it_cannot_be_undone(tmp_path, monkeypat
                                  "the file, cut mid-line (removing them failed: Input/output "
                                  "error)")
     assert path.read_bytes() == b"earlier step\n" + b"## ours\n" + b"x" * 42
+
+
+SIGNAL_MID_WRITE = """
+import os, signal
+
+_fsync = os.fsync
+
+
+def fsync(fd):  # the signal comes when the results file's temporary copy is written
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and ".run.json." in os.readlink(
+            f"/proc/self/fd/{fd}"):
+        os.kill(os.getpid(), signal.{name})
+    return _fsync(fd)
+
+
+os.fsync = fsync
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_results_file_is_written_leaves_it_whole_and_says_so(
+        pytester, distbench_run, name):
+    """SIGTERM killed the process mid-write, its temporary file left beside the results file;
+    SIGINT printed a 40-line traceback (issue 54, item 10). Now the temporary file is removed,
+    the old file is left as it was, the outputs after it are not written, and one ERROR line
+    says so; the session ends as interrupted."""
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to name the file being synced")
+    pytester.makeconftest(SIGNAL_MID_WRITE.replace("{name}", name))
+    pytester.makepyfile(test_bench=BENCH)
+    out = pytester.path / "run.json"
+    out.write_text("the old results\n")
+    summary = pytester.path / "summary.md"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-revisits=0",
+                           f"--distbench-json={out}", f"--distbench-markdown={summary}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    [error] = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert error.endswith(f"interrupted ({name}) while writing the outputs: the one being "
+                          "written is left as it was (no temporary file, no partial append) "
+                          "and those after it are not written; written: none")
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert out.read_text() == "the old results\n" and not summary.exists()
+    assert sorted(p.name for p in pytester.path.iterdir() if p.name.endswith(".tmp")) == []
