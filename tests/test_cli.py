@@ -365,7 +365,8 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+# Ctrl-C's path (KeyboardInterrupt) is the session's test's too (tests/test_outputs.py).
+@pytest.mark.parametrize("name", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.extended)])
 def test_a_signal_while_a_plot_is_written_is_one_line_and_leaves_no_temporary_file(
         tmp_path, name):
     """The plot's temporary file is removed and the command says it was interrupted, in one

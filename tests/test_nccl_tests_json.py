@@ -196,15 +196,23 @@ def damaged_copy(tmp_path: Path, source: Path, change: str, value: object) -> Pa
 
 
 @pytest.mark.parametrize(("source", "change", "value", "field", "message"), HOSTILE)
-def test_a_hostile_nccl_tests_file_is_one_line_of_plot_and_a_usage_error_of_a_session(
-        pytester, distbench_run, capsys, source, change, value, field, message):
-    """Not an INTERNALERROR of the session (issue 54, item 3), nor a traceback of `plot`."""
+def test_a_hostile_nccl_tests_file_is_one_line_of_plot(tmp_path, capsys, source, change, value,
+                                                       field, message):
+    """Not a traceback of `plot` (issue 54, item 4)."""
     pytest.importorskip("matplotlib")
-    damaged = damaged_copy(pytester.path, source, change, value)
-    assert cli.main(["plot", str(damaged), "--out", str(pytester.path / "plots")]) == 2
+    damaged = damaged_copy(tmp_path, source, change, value)
+    assert cli.main(["plot", str(damaged), "--out", str(tmp_path / "plots")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"pytest-distbench: error: {damaged}: {field}: nccl-tests JSON: ")
     assert message in err and err.count("\n") == 1 and len(err) < 400, err
+
+
+@pytest.mark.parametrize(("source", "change", "value", "field", "message"),
+                         [case for case in HOSTILE if case.id in ("type-list", "size-400-digits")])
+def test_a_hostile_nccl_tests_file_is_a_usage_error_of_a_session(
+        pytester, distbench_run, source, change, value, field, message):
+    """Not an INTERNALERROR (issue 54, item 3: the session's rc was 3)."""
+    damaged = damaged_copy(pytester.path, source, change, value)
     pytester.makepyfile("def test_x(): pass")
     result = distbench_run("--distbench", f"--distbench-compare={damaged}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

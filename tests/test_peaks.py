@@ -155,12 +155,10 @@ def test_a_declared_peak_reaches_the_column_the_digest_and_the_file(pytester, di
     assert f"busbw {peaks.pct_cell(r)} of peak" in digest
 
 
-@pytest.mark.parametrize(("value", "item"), [("nccl:fast", "nccl:fast"),
-                                             ("gloo:1e-320", "gloo:1e-320"), ("foo:1", "foo:1"),
-                                             ("gloo:5,gloo:6", "gloo:6")])
-def test_a_bad_declared_peak_is_a_usage_error_naming_the_option(pytester, value, item):
+@pytest.mark.parametrize("value", ["nccl:fast", "gloo:1e-320"])  # the rest: the parser's test
+def test_a_bad_declared_peak_is_a_usage_error_naming_the_option(pytester, value):
     pytester.makepyfile(BENCH)
     result = pytester.runpytest_subprocess("--distbench", f"--distbench-peak-busbw={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: --distbench-peak-busbw: invalid peak '{item}'*"])
+    result.stderr.fnmatch_lines([f"ERROR: --distbench-peak-busbw: invalid peak '{value}'*"])
     assert "Traceback" not in result.stderr.str()
