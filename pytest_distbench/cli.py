@@ -3,7 +3,8 @@ torch world (and capture a training launch's communication).
 
 Exit status: 0 normally; 1 when --fail-on-regression finds a regression or --strict finds that
 the runs come from different environments; 2 for bad input (missing, damaged or foreign file,
-bad option), always as one line on stderr, never a traceback.
+bad option), always as one line on stderr, never a traceback; 128 + the signal's number after
+Ctrl-C (SIGINT), or SIGTERM while a plot is written, in one line too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pytest_distbench.results.comparison.verdict import (
 from pytest_distbench.results.document import nccl_tests
 from pytest_distbench.results.document.io import (
     ResultsFileError,
+    interrupting_signal,
     output_path_problem,
     read_document,
     write_output,
@@ -213,6 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Output piped into `head` and friends: not an error worth a traceback.
         sys.stderr.close()
         return EXIT_OK
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM while a plot was written
+        signum = interrupting_signal(exc)
+        _error(f"interrupted ({signum.name}): each file written is whole, no temporary file "
+               "is left")
+        return 128 + signum
 
 
 class _Progress:

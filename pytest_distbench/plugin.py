@@ -295,8 +295,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     note = outputs.benchmark_json_note(config, session.items)
     if note:
         distbench.notes.append(note)
-    written = (outputs.finish(config, distbench) if distbench.records
-               else outputs.nothing_measured(config, distbench))
+    try:
+        written = (outputs.finish(config, distbench) if distbench.records
+                   else outputs.nothing_measured(config, distbench))
+    except outputs.OutputsInterrupted:  # the terminal summary says what was written
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        return
     if not written:
         # A requested output that was not written fails the session (terminal summary says
         # which); an interrupted or failing session keeps its own exit status.

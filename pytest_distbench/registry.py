@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import keyword
 import pkgutil
-from collections.abc import Callable, Mapping, Sequence
+import re
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
@@ -36,6 +41,10 @@ ENTRY_POINT_GROUP = "pytest_distbench.families"
 # families must not claim one record family in any.
 RECORD_FAMILY_KINDS = ("tables", "figures", "headlines", "details")
 RECORD_FAMILY_LISTS = ("latencies",)
+# A setting's option as pytest adds it: a long option (a short one is pytest's own, or
+# argparse's ValueError for one without dashes), one word, as every distbench option is.
+LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+SCOPES = ("test", "session")
 
 TableStyle = Callable[[list[Record]], str]  # rows of one (family, backend, world) -> text
 FigureDeriver = Callable[[Record], dict[str, Any]]  # a finished record -> figures to add
@@ -165,12 +174,18 @@ def _described(point: EntryPoint) -> str:
 
 def _external(point: EntryPoint, known: list[Family]) -> Family:
     """The family an entry point names, checked against those found before it."""
-    try:
-        loaded = point.load()
-    except SystemExit as exc:  # it would end every pytest run of the environment, silently
-        raise ExternalFamilyError(f"it called sys.exit({exc.code!r}) when imported") from None
-    except Exception as exc:  # noqa: BLE001 - third-party code: any error, said in one line
-        raise ExternalFamilyError(f"{type(exc).__name__}: {exc}") from None
+    with _sigint_noted() as ctrl_c:
+        try:
+            loaded = point.load()
+        except SystemExit as exc:  # it would end every pytest run of the environment, silently
+            raise ExternalFamilyError(f"it called sys.exit({exc.code!r}) when imported") from None
+        except KeyboardInterrupt:
+            if ctrl_c:  # the user's: the run stops, as Ctrl-C stops it anywhere
+                raise
+            raise ExternalFamilyError("it raised KeyboardInterrupt when imported (no Ctrl-C "
+                                      "came)") from None
+        except Exception as exc:  # noqa: BLE001 - third-party code: any error, said in one line
+            raise ExternalFamilyError(f"{type(exc).__name__}: {exc}") from None
     family = loaded if isinstance(loaded, Family) else getattr(loaded, "FAMILY", None)
     if not isinstance(family, Family):
         raise ExternalFamilyError("it exports no FAMILY = pytest_distbench.registry.Family(...)")
@@ -197,6 +212,49 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
     return family
 
 
+@contextmanager
+def _sigint_noted() -> Iterator[list[int]]:
+    """A list that holds SIGINT if it arrives meanwhile: a KeyboardInterrupt without one was
+    raised by the code itself. Python's handler (the one that raises KeyboardInterrupt) still
+    runs; only the main thread gets signals, and elsewhere, or where SIGINT has no Python
+    handler, no KeyboardInterrupt comes of one: the list stays empty."""
+    seen: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield seen
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _check_setting(setting: Setting) -> None:
+    """What settings.py builds of a row without checking it: the Settings dataclass (the name
+    an attribute), pytest's option and --help group, the row's scope."""
+    name = setting.name
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ExternalFamilyError(f"setting {name!r}: its name is not a Python identifier (it "
+                                  "is the settings' attribute and the marker's keyword)")
+    option = setting.option
+    if option is not None and not (isinstance(option, str) and LONG_OPTION.fullmatch(option)):
+        raise ExternalFamilyError(f"setting {name!r}: its option {option!r} is not a long "
+                                  "option (--NAME: letters, digits, '-' and '_')")
+    if setting.scope not in SCOPES:
+        raise ExternalFamilyError(f"setting {name!r}: its scope {setting.scope!r} is not one "
+                                  f"of {', '.join(SCOPES)}")
+    if setting.group is not None:
+        raise ExternalFamilyError(f"setting {name!r}: its group {setting.group!r} is not "
+                                  "None (--help lists a family's settings in a group of the "
+                                  "family's own)")
+
+
 def _check_shape(family: Family) -> None:
     """What the checks above and the settings table read of a family is of the declared types
     (a dataclass does not check them)."""
@@ -205,6 +263,13 @@ def _check_shape(family: Family) -> None:
     if not isinstance(family.settings, (tuple, list)) or not all(
             isinstance(s, Setting) for s in family.settings):
         raise ExternalFamilyError("its settings are not all pytest_distbench.registry.Setting")
+    for setting in family.settings:
+        _check_setting(setting)
+    for kind in ("name", "option"):
+        given = [getattr(s, kind) for s in family.settings if getattr(s, kind) is not None]
+        if len(set(given)) != len(given):
+            twice = min(g for g in given if given.count(g) > 1)
+            raise ExternalFamilyError(f"two of its settings have the {kind} {twice!r}")
     for kind in RECORD_FAMILY_KINDS:
         if not isinstance(getattr(family, kind), Mapping):
             raise ExternalFamilyError(f"its {kind} are {type(getattr(family, kind)).__name__}, "

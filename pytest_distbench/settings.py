@@ -12,6 +12,7 @@ PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a p
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Mapping
 from dataclasses import make_dataclass
@@ -208,7 +209,8 @@ _TRAILING = (
     _switch("gpu_memory", "--distbench-gpu-memory",
             "show each rank's peak GPU memory (allocated and reserved) beside its peak RSS in "
             "the tables (every CUDA record stores them)", group="gpu"),
-    _session("peak_busbw", "--distbench-peak-busbw", None, peaks.parse_declared,
+    _session("peak_busbw", "--distbench-peak-busbw", None,
+             functools.partial(peaks.parse_declared, backends=BACKENDS),
              "the bus bandwidth each backend's busbw is shown as a share of (% of peak), e.g. "
              "nccl:370,gloo:8 or 370 for every backend in decimal GB/s, else measured or "
              "published (docs/user-guide.md)", metavar="BACKEND:GB/s", group="gpu"),

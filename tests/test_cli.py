@@ -8,6 +8,7 @@ import json
 import os
 import random
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -344,3 +345,41 @@ def test_the_comparison_says_how_far_it_is(files):
     compare_documents(read_document(files["base"]), read_document(files["cur"]),
                       threshold=0.1, progress=lambda done, total: told.append((done, total)))
     assert told == [(0, 3), (1, 3), (2, 3)]
+
+
+SIGNAL_MID_PLOT = """
+import os, signal, sys
+from pytest_distbench import cli
+
+_fsync = os.fsync
+
+
+def fsync(fd):  # the signal comes while a plot's temporary copy is written
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+        os.kill(os.getpid(), signal.{name})
+    return _fsync(fd)
+
+
+os.fsync = fsync
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+# Ctrl-C's path (KeyboardInterrupt) is the session's test's too (tests/test_outputs.py).
+@pytest.mark.parametrize("name", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.extended)])
+def test_a_signal_while_a_plot_is_written_is_one_line_and_leaves_no_temporary_file(
+        tmp_path, name):
+    """The plot's temporary file is removed and the command says it was interrupted, in one
+    line, with 128 + the signal as its status (issue 54, item 10, the command's side)."""
+    pytest.importorskip("matplotlib")
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to name the file being synced")
+    results = save(tmp_path / "run.json", [record(1024, samples(20e-6, 1))])
+    out = tmp_path / "plots"
+    done = subprocess.run([sys.executable, "-c", SIGNAL_MID_PLOT.replace("{name}", name),
+                           "plot", str(results), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + getattr(signal, name), done.stderr
+    assert done.stderr == (f"pytest-distbench: error: interrupted ({name}): each file written "
+                           "is whole, no temporary file is left\n")
+    assert [p.name for p in out.iterdir()] == []

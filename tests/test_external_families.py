@@ -108,6 +108,39 @@ BROKEN = {
                                      "FAMILY = Family(name='zz_maxfail', settings=(Setting(\n"
                                      "    'zz_mf', '--maxfail', '1', int, 'm'),))\n"},
         "setting '--maxfail' is an option of pytest's own"),
+    # Issue 54, item 7: each ended every pytest run of the environment.
+    "interrupts": ("zz_interrupts", {"zz_interrupts": "raise KeyboardInterrupt\n"},
+                   "it raised KeyboardInterrupt when imported (no Ctrl-C came)"),
+    "option_without_dashes": (
+        "zz_dashless", {"zz_dashless": "from pytest_distbench.registry import Family, Setting\n"
+                                       "FAMILY = Family(name='zz_dashless', settings=(Setting(\n"
+                                       "    'zz_w', 'zz-window', '1', int, 'w'),))\n"},
+        "setting 'zz_w': its option 'zz-window' is not a long option (--NAME: letters, "
+        "digits, '-' and '_')"),
+    "name_not_identifier": (
+        "zz_spaced", {"zz_spaced": "from pytest_distbench.registry import Family, Setting\n"
+                                   "FAMILY = Family(name='zz_spaced', settings=(Setting(\n"
+                                   "    'zz w', '--zz-w', '1', int, 'w'),))\n"},
+        "setting 'zz w': its name is not a Python identifier (it is the settings' attribute "
+        "and the marker's keyword)"),
+    # The same depth: what settings.py builds of a row without checking it.
+    "unknown_scope": (
+        "zz_scoped", {"zz_scoped": "from pytest_distbench.registry import Family, Setting\n"
+                                   "FAMILY = Family(name='zz_scoped', settings=(Setting(\n"
+                                   "    'zz_w', '--zz-w', '1', int, 'w', scope='run'),))\n"},
+        "setting 'zz_w': its scope 'run' is not one of test, session"),
+    "help_group": (
+        "zz_grouped", {"zz_grouped": "from pytest_distbench.registry import Family, Setting\n"
+                                     "FAMILY = Family(name='zz_grouped', settings=(Setting(\n"
+                                     "    'zz_w', '--zz-w', '1', int, 'w', group='mine'),))\n"},
+        "setting 'zz_w': its group 'mine' is not None (--help lists a family's settings in a "
+        "group of the family's own)"),
+    "one_name_twice": (
+        "zz_twice", {"zz_twice": "from pytest_distbench.registry import Family, Setting\n"
+                                 "FAMILY = Family(name='zz_twice', settings=(\n"
+                                 "    Setting('zz_w', '--zz-w', '1', int, 'w'),\n"
+                                 "    Setting('zz_w', '--zz-v', '1', int, 'v')))\n"},
+        "two of its settings have the name 'zz_w'"),
 }
 
 
@@ -123,7 +156,17 @@ def test_a_broken_external_family_is_left_out_with_one_line(on_path, case):
         f"{reason}",)
 
 
-@pytest.mark.parametrize("case", ["missing", "exits", "not_a_setting", "pytests_option"])
+def test_a_ctrl_c_while_a_family_is_imported_stops_the_run(on_path):
+    """A KeyboardInterrupt the module raises itself leaves the family out ([interrupts]
+    above); the user's Ctrl-C, arriving meanwhile, is not taken for one."""
+    installed_by_hand(on_path, "zz-slow", {"slow": "zz_slow"}, {"zz_slow": (
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")})
+    with pytest.raises(KeyboardInterrupt):
+        registry.families()
+
+
+@pytest.mark.parametrize("case", ["missing", "exits", "not_a_setting", "pytests_option",
+                                  "interrupts", "option_without_dashes", "name_not_identifier"])
 def test_a_broken_external_family_is_a_line_of_the_header(pytester, monkeypatch, case):
     """Not a pytest run of the environment ends for it: not one that exits at import, nor one
     whose settings argparse would refuse."""

@@ -139,6 +139,24 @@ def test_a_session_gates_against_an_nccl_tests_file_and_says_which_timing(pytest
 
 
 
+HOSTILE = [pytest.param(*case, id=name) for name, case in {
+    "type-list": (ALL_GATHER, "results.2.type", ["float"], "results[2].type",
+                  "unknown type ['float']"),
+    "size-400-digits": (ALL_GATHER, "results.2.size", 10**400, "results[2].size",
+                        "is out of range (beyond 2**63 - 1)"),
+    "time-0-in-seconds": (ALL_GATHER, "results.2.out_of_place.time", 1e-320,
+                          "results[2].out_of_place.time",
+                          "expected a time per call in us (> 0), got 1e-320"),
+    "iterations-4000-digits": (ALL_GATHER, "results.2.actual_iterations", 10**4000,
+                               "results[2].actual_iterations",
+                               "is out of range (beyond 2**63 - 1)"),
+    "nwrong-1e300": (ALL_GATHER, "results.3.out_of_place.nwrong", 1e300, "results[3]",
+                     "its figures make a record no results file holds: wrong: integer"),
+    "version-20-MB": (ALL_REDUCE, "version", "v" * 20_000_000, "version",
+                      "nccl-tests JSON format 'vvvv"),
+}.items()]
+
+
 @pytest.mark.parametrize(("source", "change", "value", "field", "message"), [
     (ALL_REDUCE, "version", 2, "version", "nccl-tests JSON format 2: this reads format 3"),
     (ALL_REDUCE, "args.0", "sendrecv_perf", "args[0]", "'sendrecv_perf' is not one of"),
@@ -153,13 +171,12 @@ def test_a_session_gates_against_an_nccl_tests_file_and_says_which_timing(pytest
     (ALL_GATHER, "results.4.actual_iterations", 0, "results[4].actual_iterations",
      "expected an integer >= 1"),
     (ALL_GATHER, "results", [], "results", "no size was measured"),
+    # Hostile values (issue 54, items 3 and 4): through the results schema's own checks.
+    *HOSTILE,
 ])
 def test_a_damaged_nccl_tests_file_is_one_line_naming_file_and_field(
         tmp_path, capsys, plugin_file, source, change, value, field, message):
-    doc = copy.deepcopy(raw(source))
-    set_at(doc, change, value)
-    damaged = tmp_path / source.name
-    damaged.write_text(json.dumps(doc))
+    damaged = damaged_copy(tmp_path, source, change, value)
     with pytest.raises(ResultsFileError) as caught:
         read_document(damaged)
     assert str(caught.value).startswith(f"{damaged}: {field}: nccl-tests JSON: ")
@@ -167,3 +184,56 @@ def test_a_damaged_nccl_tests_file_is_one_line_naming_file_and_field(
     assert cli.main(["compare", str(damaged), str(plugin_file)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{damaged}: {field}: " in err and "Traceback" not in err
+    assert len(err) < 400  # a value is quoted short, however long it is in the file
+
+
+def damaged_copy(tmp_path: Path, source: Path, change: str, value: object) -> Path:
+    doc = copy.deepcopy(raw(source))
+    set_at(doc, change, value)
+    damaged = tmp_path / source.name
+    damaged.write_text(json.dumps(doc))
+    return damaged
+
+
+@pytest.mark.parametrize(("source", "change", "value", "field", "message"), HOSTILE)
+def test_a_hostile_nccl_tests_file_is_one_line_of_plot(tmp_path, capsys, source, change, value,
+                                                       field, message):
+    """Not a traceback of `plot` (issue 54, item 4)."""
+    pytest.importorskip("matplotlib")
+    damaged = damaged_copy(tmp_path, source, change, value)
+    assert cli.main(["plot", str(damaged), "--out", str(tmp_path / "plots")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-distbench: error: {damaged}: {field}: nccl-tests JSON: ")
+    assert message in err and err.count("\n") == 1 and len(err) < 400, err
+
+
+@pytest.mark.parametrize(("source", "change", "value", "field", "message"),
+                         [case for case in HOSTILE if case.id in ("type-list", "size-400-digits")])
+def test_a_hostile_nccl_tests_file_is_a_usage_error_of_a_session(
+        pytester, distbench_run, source, change, value, field, message):
+    """Not an INTERNALERROR (issue 54, item 3: the session's rc was 3)."""
+    damaged = damaged_copy(pytester.path, source, change, value)
+    pytester.makepyfile("def test_x(): pass")
+    result = distbench_run("--distbench", f"--distbench-compare={damaged}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines[0].startswith(f"ERROR: --distbench-compare: {damaged}: {field}: ")
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_foreign_files_text_reaches_the_terminal_without_its_escapes(tmp_path, capsys):
+    """device_info, hostname and args of an nccl-tests file are its writer's text: the lines
+    that quote them show each control character as '?' (issue 54, item 4)."""
+    doc = raw(ALL_GATHER)
+    device = doc["config"]["devices"][0]
+    device["device_info"] = "GPU\x1b[31mRED\x1b]0;title\x07"
+    device["hostname"] = "host\x1b[2J"
+    doc["args"] += ["\x1b]8;;http://x\x07", "x" * 100_000]
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(doc))
+    for command in (["compare", str(hostile), str(ALL_GATHER)],
+                    ["compare", str(hostile), str(ALL_GATHER), "--format=markdown"]):
+        assert cli.main(command) == 0
+        out = "".join(capsys.readouterr())
+        assert not {"\x1b", "\x07"} & set(out)
+        assert "gpus: [GPU?[31mRED?]0;title?] (baseline)" in out
+        assert "?]8;;http://x?" in out and max(map(len, out.splitlines())) < 600

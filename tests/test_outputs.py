@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+import subprocess
 import threading
 
 import pytest
@@ -187,3 +189,160 @@ def test_an_output_path_no_file_can_have_is_a_usage_error_before_any_rank(
     [line] = [line for line in result.stderr.lines if line.strip()]
     assert line.startswith(f"ERROR: {option}: ") and line.endswith(problem), line
     assert "passed" not in result.stdout.str()  # nothing ran
+
+
+def test_a_record_no_results_file_holds_fails_the_session_and_the_rest_are_written(
+        pytester, distbench_run):
+    """A record that passed its check when made and was spoilt after it (a share of an
+    infinite peak, before the option's bound: issue 54, item 8) is named in an ERROR and left
+    out; every other record is written, and the digest does not say "every sample"."""
+    pytester.makeconftest("""
+from pytest_distbench.results import peaks
+
+def of_peak(record, peak):  # the bug simulated: a share no results file holds
+    if record["nbytes"] != 16:
+        return None
+    return {"pct": float("inf"), "bandwidth": "busbw", "peak_gbps": 1.0, "source": "a bug"}
+
+peaks.of_peak = of_peak
+""")
+    pytester.makepyfile(test_bench="""
+import time, pytest
+
+@pytest.mark.distbench(iterations=3, warmup=1)
+def test_sleep(distbench, nbytes):
+    distbench.measure(lambda: time.sleep(0.001), nbytes=nbytes)
+""")
+    out = pytester.path / "run.json"
+    result = distbench_run("--distbench", "--world-size=2", "--tensor-size=16B,32B",
+                           "--distbench-revisits=0", "--distbench-peak-busbw=gloo:1",
+                           f"--distbench-json={out}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [error] = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert "left out of every output: invalid benchmark record " in error
+    assert "16B" in error and ": of_peak: expected an object with pct" in error
+    assert [b["distbench"]["nbytes"] for b in json.loads(out.read_text())["benchmarks"]] == [32]
+    digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
+    assert f"every sample in {out} but those of 1 record(s) (the ERROR above)" in digest
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (mount: root only), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=30)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True, timeout=30)
+
+
+def _fill(path):
+    """Write to `path` until the file system holding it is full."""
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_a_markdown_append_on_a_full_disk_leaves_the_summary_as_it_was(pytester, distbench_run,
+                                                                       small_disk):
+    """Part of the tables fits, the rest does not: the part is cut off again, so the summary
+    a CI job shows is not left ending mid-line while the session says "not written" (issue
+    54, item 11)."""
+    pytester.makepyfile(test_bench=BENCH)
+    summary = small_disk / "summary.md"
+    earlier = "earlier step\n" + "x" * 4000 + "\n"  # 82 bytes left in its page of the disk
+    summary.write_text(earlier)
+    _fill(small_disk / "filler")
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-revisits=0",
+                           f"--distbench-markdown={summary}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"*ERROR: could not append markdown to {summary}: *No space "
+                                 "left on device*"])
+    assert summary.read_text() == earlier
+    digest = " ".join(result.stdout.str().split("distbench digest")[-1].split())
+    assert f"as markdown: --distbench-markdown: {summary} not written (the ERROR above)" in digest
+
+
+def test_an_append_cut_off_is_said_where_it_cannot_be_undone(tmp_path, monkeypatch):
+    """Without root: the disk fills after 50 bytes of the append (os.write); the append is cut
+    off again, and where truncating fails too, the error says what is left in the file."""
+    from pytest_distbench.results.document.io import append_output
+
+    path = tmp_path / "summary.md"
+    path.write_bytes(b"earlier step\n")
+    real_write = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_size >= len(b"earlier step\n") + 50:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data[:25]))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        append_output(path, b"## ours\n" + b"x" * 1000)
+    assert path.read_bytes() == b"earlier step\n"
+
+    def fails(fd, size):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "ftruncate", fails)
+    with pytest.raises(OSError) as caught:
+        append_output(path, b"## ours\n" + b"x" * 1000)
+    monkeypatch.undo()
+    assert str(caught.value) == ("No space left on device; 50 bytes of it left at the end of "
+                                 "the file, cut mid-line (removing them failed: Input/output "
+                                 "error)")
+    assert path.read_bytes() == b"earlier step\n" + b"## ours\n" + b"x" * 42
+
+
+SIGNAL_MID_WRITE = """
+import os, signal
+
+_fsync = os.fsync
+
+
+def fsync(fd):  # the signal comes when the results file's temporary copy is written
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and ".run.json." in os.readlink(
+            f"/proc/self/fd/{fd}"):
+        os.kill(os.getpid(), signal.{name})
+    return _fsync(fd)
+
+
+os.fsync = fsync
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_results_file_is_written_leaves_it_whole_and_says_so(
+        pytester, distbench_run, name):
+    """SIGTERM killed the process mid-write, its temporary file left beside the results file;
+    SIGINT printed a 40-line traceback (issue 54, item 10). Now the temporary file is removed,
+    the old file is left as it was, the outputs after it are not written, and one ERROR line
+    says so; the session ends as interrupted."""
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to name the file being synced")
+    pytester.makeconftest(SIGNAL_MID_WRITE.replace("{name}", name))
+    pytester.makepyfile(test_bench=BENCH)
+    out = pytester.path / "run.json"
+    out.write_text("the old results\n")
+    summary = pytester.path / "summary.md"
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-revisits=0",
+                           f"--distbench-json={out}", f"--distbench-markdown={summary}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    [error] = [line for line in result.stdout.lines if "distbench: ERROR" in line]
+    assert error.endswith(f"interrupted ({name}) while writing the outputs: the one being "
+                          "written is left as it was (no temporary file, no partial append) "
+                          "and those after it are not written; written: none")
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert out.read_text() == "the old results\n" and not summary.exists()
+    assert sorted(p.name for p in pytester.path.iterdir() if p.name.endswith(".tmp")) == []

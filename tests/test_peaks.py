@@ -5,6 +5,7 @@ of real sessions, with a declared peak from the option and from the ini key."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -13,9 +14,11 @@ from results_data import benchmark_record
 from tables import read_table, unwrapped
 
 from pytest_distbench.results import peaks
+from pytest_distbench.results.document import check_record
 from pytest_distbench.results.rendering import markdown
 from pytest_distbench.results.rendering.table import render_tables
 from pytest_distbench.results.sanity import MachineBounds
+from pytest_distbench.settings import BACKENDS
 
 BOUNDS = MachineBounds(copy_gbps=12.0, device_copy_gbps=2000.0)
 
@@ -27,21 +30,44 @@ def record(backend="gloo", device="cpu", world_size=2, busbw=3.0, algbw=3.0) -> 
     return r
 
 
+def parse(text: str) -> dict[str, float]:
+    return peaks.parse_declared(text, BACKENDS)
+
+
 def test_a_declared_peak_is_read_per_backend_or_for_all():
-    assert peaks.parse_declared("nccl:370, gloo:8") == {"nccl": 370.0, "gloo": 8.0}
-    assert peaks.parse_declared("370") == {"*": 370.0}
-    assert peaks.parse_declared("NCCL:370GB/s") == {"nccl": 370.0}
+    assert parse("nccl:370, gloo:8") == {"nccl": 370.0, "gloo": 8.0}
+    assert parse("370") == {"*": 370.0}
+    assert parse("NCCL:370GB/s") == {"nccl": 370.0}
+    assert parse("370,gloo:8") == {"*": 370.0, "gloo": 8.0}  # every backend but gloo
 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("nccl:fast", "invalid peak 'nccl:fast': expected BACKEND:GB/s"),
-    ("nccl:0", "invalid peak 'nccl:0': a bus bandwidth in GB/s above 0"),
-    ("nccl:inf", "above 0"),
+    ("nccl:0", "invalid peak 'nccl:0': a bus bandwidth in GB/s from 0.001 to 100000"),
+    ("nccl:inf", "from 0.001 to 100000"),
     (",", "expected BACKEND:GB/s"),
+    # Issue 54, item 8: an infinite share, a 300-digit one, a backend no world has, two peaks.
+    ("gloo:1e-320", "invalid peak 'gloo:1e-320': a bus bandwidth in GB/s from 0.001"),
+    ("gloo:1e-300", "from 0.001 to 100000"),
+    ("gloo:1e300", "from 0.001 to 100000"),
+    ("foo:1", "invalid peak 'foo:1': unknown backend 'foo', expected one of gloo, nccl, mpi"),
+    ("gloo:5,gloo:6", "invalid peak 'gloo:6': backend gloo given twice"),
+    ("5,6", "invalid peak '6': a peak for every backend given twice"),
 ])
 def test_a_bad_declared_peak_says_what_is_expected(text, message):
-    with pytest.raises(ValueError, match=message):
-        peaks.parse_declared(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse(text)
+
+
+@given(st.floats(peaks.MIN_DECLARED_GBPS, peaks.MAX_DECLARED_GBPS), st.floats(0, 1e6))
+def test_any_peak_the_option_takes_makes_a_share_a_results_file_holds(gbps, busbw):
+    """Whatever the option accepts (1e-320 made every share infinite, and the session then
+    wrote none of its records), the share is a finite number of a few digits."""
+    [(_, declared)] = parse(f"gloo:{gbps!r}").items()
+    r = record(busbw=busbw)
+    r["of_peak"] = peaks.of_peak(r, peaks.Peak(declared, "busbw", "declared"))
+    check_record(r)
+    assert len(peaks.pct_cell(r)) <= len("100000000000 %")
 
 
 def test_where_each_world_s_peak_comes_from_and_which_bandwidth_it_judges():
@@ -131,9 +157,10 @@ def test_a_declared_peak_reaches_the_column_the_digest_and_the_file(pytester, di
     assert f"busbw {peaks.pct_cell(r)} of peak" in digest
 
 
-def test_a_bad_declared_peak_is_a_usage_error_naming_the_option(pytester):
+@pytest.mark.parametrize("value", ["nccl:fast", "gloo:1e-320"])  # the rest: the parser's test
+def test_a_bad_declared_peak_is_a_usage_error_naming_the_option(pytester, value):
     pytester.makepyfile(BENCH)
-    result = pytester.runpytest_subprocess("--distbench", "--distbench-peak-busbw=nccl:fast")
+    result = pytester.runpytest_subprocess("--distbench", f"--distbench-peak-busbw={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --distbench-peak-busbw: invalid peak 'nccl:fast'*"])
+    result.stderr.fnmatch_lines([f"ERROR: --distbench-peak-busbw: invalid peak '{value}'*"])
     assert "Traceback" not in result.stderr.str()

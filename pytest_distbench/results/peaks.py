@@ -26,6 +26,10 @@ from .document.record import OfPeak, Record
 from .sanity import MachineBounds
 
 OPTION = "--distbench-peak-busbw"
+# What a declared peak may be, in decimal GB/s: 1 MB/s (a slow link) to 100 TB/s (some 100
+# times NVLink 5), so that a share of it is a number a table prints in a few digits (1e-320
+# made every share infinite, and every record unfit for the results file).
+MIN_DECLARED_GBPS, MAX_DECLARED_GBPS = 1e-3, 1e5
 
 # GPU name (as torch.cuda.get_device_properties names it) -> NVLink bandwidth per direction of
 # one GPU, decimal GB/s, and where that figure is published. nccl-tests' busbw of a ring over
@@ -51,8 +55,9 @@ class Peak:
     source: str
 
 
-def parse_declared(text: str) -> dict[str, float]:
-    """`nccl:370,gloo:8` (GB/s per backend) or `370` (every backend) -> {backend or "*": GB/s}."""
+def parse_declared(text: str, backends: Sequence[str]) -> dict[str, float]:
+    """`nccl:370,gloo:8` (GB/s per backend, each one of `backends` once) or `370` (every
+    backend) -> {backend or "*": GB/s}."""
     declared: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -64,8 +69,16 @@ def parse_declared(text: str) -> dict[str, float]:
         except ValueError:
             raise ValueError(f"invalid peak {item!r}: expected BACKEND:GB/s, e.g. nccl:370, "
                              "or GB/s alone for every backend") from None
-        if not (math.isfinite(gbps) and gbps > 0):
-            raise ValueError(f"invalid peak {item!r}: a bus bandwidth in GB/s above 0")
+        if not (math.isfinite(gbps) and MIN_DECLARED_GBPS <= gbps <= MAX_DECLARED_GBPS):
+            raise ValueError(f"invalid peak {item!r}: a bus bandwidth in GB/s from "
+                             f"{MIN_DECLARED_GBPS:g} to {MAX_DECLARED_GBPS:g}")
+        if backend != "*" and backend not in backends:
+            raise ValueError(f"invalid peak {item!r}: unknown backend {backend!r}, expected "
+                             f"one of {', '.join(backends)}")
+        if backend in declared:
+            raise ValueError(f"invalid peak {item!r}: "
+                             + ("a peak for every backend" if backend == "*" else
+                                f"backend {backend}") + " given twice")
         declared[backend] = gbps
     if not declared:
         raise ValueError("expected BACKEND:GB/s, e.g. nccl:370,gloo:8")

@@ -42,6 +42,8 @@ class Session:
         self.output_errors: list[str] = []
         # The output files written (the digest points only at those).
         self.written: set[Path] = set()
+        # Records no results file could hold, left out of every output (each an output error).
+        self.left_out = 0
 
     def add_rank_infos(self, infos: Iterable[dict[str, Any]]) -> None:
         """What the ranks of a newly started world saw (GPU, NCCL, the GPU's copy rate, which

@@ -6,16 +6,17 @@ import multiprocessing
 import multiprocessing.util
 import os
 import shutil
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from ...results.document.io import sigterm_interrupts
 from ...settings import Settings
 from ..controller.live import LivePrinter
 from ..controller.outcome import judge, prepare
@@ -41,7 +42,7 @@ class LocalSession(Session):
         `revisits`: per group (controller/revisits.py)."""
         super().__init__()
         self.network = PrivateNetwork() if private_network else None
-        self._sigterm: Any = None
+        self._sigterm: ExitStack | None = None
         self.force = force  # --distbench-force: start worlds that look too large for the machine
         self.ranks_announced = 0  # the most ranks an oversubscription warning has named
         self.worlds: dict[WorldKey, World] = {}
@@ -143,19 +144,13 @@ class LocalSession(Session):
         """SIGTERM (a CI runner's cancel, `timeout`, `kill`) ends the session as Ctrl-C does:
         pytest's interruption, then the same teardown (worlds, rank logs, the forkserver's
         folder). Left alone where someone else already handles SIGTERM."""
-        if (threading.current_thread() is not threading.main_thread()
-                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-            return
-
-        def interrupt(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"distbench: signal {signal.Signals(signum).name}")
-
-        self._sigterm = signal.signal(signal.SIGTERM, interrupt)
+        self._sigterm = ExitStack()
+        self._sigterm.enter_context(sigterm_interrupts())
 
     def close(self) -> None:
         """Stop every world; kill what does not stop. Safe to call more than once."""
         if self._sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm.close()
             self._sigterm = None
         for world in list(self.worlds.values()):
             world.stop(timeout_s=5.0)

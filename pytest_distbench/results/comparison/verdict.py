@@ -18,6 +18,7 @@ from ..document.history import p50_runs
 from ..document.record import Record
 from ..document.schema import records
 from ..document.session_intervals import headline_interval
+from ..rendering.fit import QUOTED, printable
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
 from ..statistics.unpaired import (
@@ -365,8 +366,8 @@ def _describe(value: Any) -> str:
         return "none"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, str):
-        return value or '""'
+    if isinstance(value, str):  # the file's own text (a GPU's name): shown safe
+        return printable(value, most=QUOTED) or '""'
     if isinstance(value, list):
         return "[" + ", ".join(_describe(v) for v in value) + "]" if value else "none"
     if isinstance(value, dict):

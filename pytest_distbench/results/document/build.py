@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,13 +36,15 @@ def make_document(
     command_line: Sequence[str],
     *,
     commit_info: dict[str, Any] | None = None,
+    left_out: Callable[[RecordError], None] | None = None,
 ) -> dict[str, Any]:
     """Build the results document for a run.
 
     ``commit_info`` defaults to what pytest-benchmark itself records (git commit, branch,
-    dirty flag). A record that does not fit the schema, or repeats an id, is left out with a
-    DroppedRecordWarning naming its test and field: one bad record must not cost the run every
-    other result (check_record, where records are made, normally fails its test long before).
+    dirty flag). A record that does not fit the schema, or repeats an id, is left out and
+    given to ``left_out`` (by default a DroppedRecordWarning naming its test and field): one
+    bad record must not cost the run every other result (check_record, where records are
+    made, normally fails its test long before; a session fails for one, outputs.py).
     """
     created = datetime.now(timezone.utc).isoformat()
     kept: dict[str, dict[str, Any]] = {}
@@ -52,8 +54,11 @@ def make_document(
             if stored["id"] in kept:
                 raise RecordError(stored["id"], "id", "duplicate id (measured twice in one run)")
         except RecordError as exc:
-            warnings.warn(f"distbench: left out of the results: {exc}", DroppedRecordWarning,
-                          stacklevel=2)
+            if left_out is not None:
+                left_out(exc)
+            else:
+                warnings.warn(f"distbench: left out of the results: {exc}",
+                              DroppedRecordWarning, stacklevel=2)
             continue
         kept[stored["id"]] = stored
     doc: dict[str, Any] = {

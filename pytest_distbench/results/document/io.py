@@ -4,6 +4,8 @@ Any problem with a file is a ResultsFileError whose message names the file and t
 Every file the package writes (results, baselines, plots, markdown) goes through
 write_output or append_output: a regular file is replaced atomically (through a symlink, at
 its target), a character device or a FIFO is written through, anything else is refused.
+Neither leaves anything behind when SIGINT or SIGTERM comes mid-write (sigterm_interrupts):
+the temporary file is removed, an append cut off, and the interrupt goes on up.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import math
 import os
 import re
 import secrets
+import signal
 import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,23 +94,17 @@ def write_output(path: str | os.PathLike[str], data: bytes, *, overwrite: bool =
     directory = target.parent
     tmp: Path | None = None
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp, fd = _create_temp(directory, target.name)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if overwrite:
-            # Between the check above and here someone may have put a device or a FIFO in
-            # its place: a rename over it would destroy it, so the check is made again.
-            now = _mode(target)
-            if now is not None and not stat.S_ISREG(now):
-                raise OSError(f"{path} became {_kind(now)} while written; not replaced")
-            os.replace(tmp, target)
-        else:
-            _publish_no_clobber(tmp, target)
-        tmp = None
+        with sigterm_interrupts():  # the finally below removes the temporary file
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp, fd = _create_temp(directory, target.name)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with _interrupts_held():  # renamed and forgotten, or neither: never half of it
+                _publish(path, tmp, target, overwrite)
+                tmp = None
         _fsync_directory(directory)
     finally:
         if tmp is not None:
@@ -114,9 +114,70 @@ def write_output(path: str | os.PathLike[str], data: bytes, *, overwrite: bool =
                 pass
 
 
+def _publish(path: str | os.PathLike[str], tmp: Path, target: Path, overwrite: bool) -> None:
+    if overwrite:
+        # Between the check in write_output and here someone may have put a device or a FIFO
+        # in its place: a rename over it would destroy it, so the check is made again.
+        now = _mode(target)
+        if now is not None and not stat.S_ISREG(now):
+            raise OSError(f"{path} became {_kind(now)} while written; not replaced")
+        os.replace(tmp, target)
+    else:
+        _publish_no_clobber(tmp, target)
+
+
+def interrupting_signal(interrupt: KeyboardInterrupt) -> signal.Signals:
+    """The signal an interrupt came of: SIGTERM where sigterm_interrupts raised it, else
+    Ctrl-C's SIGINT."""
+    return getattr(interrupt, "signal", signal.SIGINT)
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C's SIGINT does (pytest's own
+    interruption, in a session), so that what is being written is undone by the finally
+    clauses it passes through (a temporary file removed, an append cut off) rather than the
+    process dying mid-write. Only where SIGTERM would end the process at once (its default
+    action, in the main thread: only it gets signals); another handler keeps its plan."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        interrupted = KeyboardInterrupt(f"distbench: signal {signal.Signals(signum).name}")
+        interrupted.signal = signal.Signals(signum)  # type: ignore[attr-defined]
+        raise interrupted
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (POSIX) until the end of the block: its steps happen all
+    or not at all, as far as an interrupt goes."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    before = mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, before)
+
+
 def append_output(path: str | os.PathLike[str], data: bytes) -> None:
     """Append ``data`` to ``path`` (created if missing): a regular file, a character device or
-    a FIFO with a reader; anything else is an OSError saying what the path is."""
+    a FIFO with a reader; anything else is an OSError saying what the path is.
+
+    All or nothing in a regular file: an append that fails part way (a full disk, an
+    interrupt) is cut off again, the file truncated to the size it had; where even that fails,
+    the OSError says how much of the append is left in the file."""
     mode = _mode(Path(path))
     if mode is not None and not stat.S_ISREG(mode):
         _write_through(path, Path(path), mode, data)
@@ -124,9 +185,29 @@ def append_output(path: str | os.PathLike[str], data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
                  0o666)
     try:
-        _write_all(fd, data)
+        before = os.fstat(fd).st_size
+        try:
+            with sigterm_interrupts():
+                _write_all(fd, data)
+        except BaseException as exc:
+            _cut_back(fd, before, exc)
+            raise
     finally:
         os.close(fd)
+
+
+def _cut_back(fd: int, size: int, cause: BaseException) -> None:
+    """The file back at `size` after a failed append; an OSError saying what is left if not."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        try:
+            left = f"{os.fstat(fd).st_size - size} bytes of it"
+        except OSError:
+            left = "part of it"
+        reason = getattr(cause, "strerror", None) or type(cause).__name__
+        raise OSError(f"{reason}; {left} left at the end of the file, cut mid-line (removing "
+                      f"them failed: {exc.strerror or exc})") from None
 
 
 def output_path_problem(path: str, *, directory: bool = False) -> str | None:

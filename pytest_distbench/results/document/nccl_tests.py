@@ -20,9 +20,11 @@ import copy
 import os
 from typing import Any
 
+from ..rendering.fit import QUOTED, printable
 from ..statistics import stats
-from .fields import is_int, is_number
+from .fields import SchemaError, is_int, is_number, short
 from .record import Record
+from .schema import RecordError, check_values, stored_record
 
 FORMAT_VERSION = 3
 SOURCE = "nccl-tests"
@@ -68,19 +70,27 @@ def from_document(doc: dict[str, Any]) -> bool:
 
 
 def as_document(raw: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The results document of an nccl-tests file; NcclTestsError names a damaged field."""
+    """The results document of an nccl-tests file; NcclTestsError names a damaged field.
+
+    The file goes through the results schema's own checks: every value's size and depth
+    (check_values) before anything is read, and each record it becomes (stored_record), so
+    what a results file may not hold is refused here, naming the entry, not later in a sum."""
     from .build import make_document
 
+    try:
+        check_values(raw, "not an nccl-tests file this reads")
+    except SchemaError as exc:
+        raise NcclTestsError(exc.field, exc.message) from None
     version = raw.get("version")
     if version != FORMAT_VERSION:
-        raise NcclTestsError("version", f"nccl-tests JSON format {version!r}: this reads "
+        raise NcclTestsError("version", f"nccl-tests JSON format {short(version)}: this reads "
                                         f"format {FORMAT_VERSION} (nccl-tests 2.17 and later)")
     args = _field(raw, "args", list, "a list (the command line)")
     if not args or not isinstance(args[0], str):
         raise NcclTestsError("args[0]", "expected the nccl-tests binary that wrote the file")
     binary = os.path.basename(args[0])
     if binary not in BINARIES:
-        raise NcclTestsError("args[0]", f"{binary!r} is not one of nccl-tests' binaries this "
+        raise NcclTestsError("args[0]", f"{short(binary)} is not one of nccl-tests' binaries this "
                                         f"reads ({', '.join(sorted(BINARIES))})")
     family, factor, in_place = BINARIES[binary]
     config = _field(raw, "config", dict, "an object")
@@ -90,7 +100,7 @@ def as_document(raw: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, 
     world_size = len(devices)
     graph = config.get("graph")
     if not is_int(graph) or graph < 0:
-        raise NcclTestsError("config.graph", f"expected an integer >= 0, got {graph!r}")
+        raise NcclTestsError("config.graph", f"expected an integer >= 0, got {short(graph)}")
     results = _field(raw, "results", list, "a list of sizes")
     if not results:
         raise NcclTestsError("results", "no size was measured")
@@ -123,7 +133,9 @@ def describe(doc: dict[str, Any]) -> str | None:
     first = records[0]
     place = "in-place" if first["params"].get("in_place") else "out-of-place"
     calls = sorted({r["batch_iterations"] for r in records})
-    return (f"{doc['distbench']['environment'].get('command')}: nccl-tests' {place} times "
+    # The command is the file's own text: shown safe, and short (args may be megabytes).
+    command = printable(doc["distbench"]["environment"].get("command"), most=QUOTED)
+    return (f"{command}: nccl-tests' {place} times "
             f"(the plugin's {first['family']} is {place}), {first['timing']}, one sample per "
             f"size: its mean over {'/'.join(map(str, calls))} calls, no interval")
 
@@ -134,29 +146,31 @@ def _record(entry: Any, where: str, family: str, factor: str, in_place: bool,
         raise NcclTestsError(where, "expected an object per size")
     size = entry.get("size")
     if not is_int(size) or size < 0:
-        raise NcclTestsError(f"{where}.size", f"expected bytes (an integer >= 0), got {size!r}")
+        raise NcclTestsError(f"{where}.size",
+                             f"expected bytes (an integer >= 0), got {short(size)}")
     count = entry.get("count")
     if not is_int(count) or count < 0:
-        raise NcclTestsError(f"{where}.count", f"expected an integer >= 0, got {count!r}")
+        raise NcclTestsError(f"{where}.count", f"expected an integer >= 0, got {short(count)}")
     kind = entry.get("type")
-    if kind not in TYPES:
-        raise NcclTestsError(f"{where}.type", f"unknown type {kind!r}")
+    if not isinstance(kind, str) or kind not in TYPES:
+        raise NcclTestsError(f"{where}.type", f"unknown type {short(kind)}")
     place = "in_place" if in_place else "out_of_place"
     timed = entry.get(place)
     if not isinstance(timed, dict):
         raise NcclTestsError(f"{where}.{place}", "expected an object with time (us)")
     time_us = timed.get("time")
-    if not (is_number(time_us) and time_us > 0):
+    # In seconds too: 1e-320 us is 0 s, and no bandwidth is made of a time of nothing.
+    seconds = time_us * 1e-6 if is_number(time_us) else None
+    if not (seconds is not None and seconds > 0):
         raise NcclTestsError(f"{where}.{place}.time",
-                             f"expected a time per call in us (> 0), got {time_us!r}")
+                             f"expected a time per call in us (> 0), got {short(time_us)}")
     wrong = timed.get("nwrong", 0)
     if not (is_number(wrong) and wrong >= 0 and float(wrong).is_integer()):
-        raise NcclTestsError(f"{where}.{place}.nwrong", f"expected a count, got {wrong!r}")
+        raise NcclTestsError(f"{where}.{place}.nwrong", f"expected a count, got {short(wrong)}")
     iterations = entry.get("actual_iterations")
     if not is_int(iterations) or iterations < 1:
         raise NcclTestsError(f"{where}.actual_iterations",
-                             f"expected an integer >= 1, got {iterations!r}")
-    seconds = time_us * 1e-6
+                             f"expected an integer >= 1, got {short(iterations)}")
     summary = stats.summarize([seconds])
     bus = _bus_factor(factor, world_size)
     moves_no_data = ("one rank, in place: the output is the input"
@@ -177,7 +191,11 @@ def _record(entry: Any, where: str, family: str, factor: str, in_place: bool,
         "timing": "cuda-graph" if graph else "cuda-batch", "batch_iterations": iterations,
     }
     record["id"] = key(record)
-    return record
+    try:
+        return stored_record(record)
+    except RecordError as exc:  # a value no results file holds (a bandwidth beyond a float)
+        raise NcclTestsError(where, f"its figures make a record no results file holds: "
+                                    f"{exc.field}: {exc.message}") from None
 
 
 def _bus_factor(factor: str, n: int) -> float:

@@ -66,7 +66,7 @@ def stored_record(record: Record) -> Record:
     field that does not fit the schema or cannot be stored as JSON."""
     normal = normalize_record(record)
     try:
-        _check_values(normal)
+        check_values(normal)
         validate_record(normal, "")
     except SchemaError as exc:
         raise RecordError(record.get("id"), exc.field or "record", exc.message) from None
@@ -111,7 +111,7 @@ def validate_document(doc: Any) -> None:
             f"schema version {version} is newer than this pytest-distbench reads "
             f"(up to {SCHEMA_VERSION}); upgrade pytest-distbench",
         )
-    _check_values(doc)
+    check_values(doc)
     _validate_meta(meta)
     benchmarks = _expect(doc, "benchmarks", list, "", "a list")
     seen: dict[str, int] = {}
@@ -215,9 +215,11 @@ def _expect(obj: dict[str, Any], key: str, kind: type, where: str, what: str) ->
     return value
 
 
-def _check_values(doc: dict[str, Any]) -> None:
+def check_values(doc: dict[str, Any], what: str = _NOT_OURS) -> None:
     """Nesting depth and the size of every integer, anywhere: a huge integer in any field
-    would make later float arithmetic (medians, ratios, captions) raise OverflowError.
+    would make later float arithmetic (medians, ratios, captions) raise OverflowError. Any
+    parsed JSON a reader turns into a document goes through here first (`what` is what a
+    document nested too deeply is not).
 
     Iterative, so a hostile file cannot turn the check itself into a RecursionError; a path is
     spelled out only for the value found wrong."""
@@ -225,7 +227,7 @@ def _check_values(doc: dict[str, Any]) -> None:
     while stack:
         value, depth, where = stack.pop()
         if depth > MAX_DEPTH:
-            raise SchemaError("", f"{_NOT_OURS} (nested more than {MAX_DEPTH} levels deep)")
+            raise SchemaError("", f"{what} (nested more than {MAX_DEPTH} levels deep)")
         if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
             raise SchemaError(_path(where), "keys must be strings (JSON object keys)")
         for key, item in value.items() if isinstance(value, dict) else enumerate(value):

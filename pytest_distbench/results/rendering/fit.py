@@ -13,14 +13,20 @@ from collections.abc import Sequence
 from typing import Any
 
 WIDTH = 120
+# The most characters of a file's own text (a command line, a GPU's name) one line quotes.
+QUOTED = 200
 
 
-def printable(value: Any, keep: str = "") -> str:
+def printable(value: Any, keep: str = "", most: int | None = None) -> str:
     """Text from a file that may be foreign or hostile (a name in a results file or a trace),
     safe on a terminal and in a table: each control character (an escape sequence's start,
-    a line break that would split a row) shown as '?', but those of `keep`. Every name a
-    table, a report or a plot prints from a file goes through here."""
-    return "".join(c if c.isprintable() or c in keep else "?" for c in str(value))
+    a line break that would split a row) shown as '?', but those of `keep`; with `most`, cut
+    to that many characters (`...` ending a longer text). Every name a table, a report or a
+    plot prints from a file goes through here."""
+    text = str(value)
+    if most is not None and len(text) > most:
+        text = text[:max(most - 3, 0)] + "..."
+    return "".join(c if c.isprintable() or c in keep else "?" for c in text)
 
 
 def widest(text: str) -> int:
