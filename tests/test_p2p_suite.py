@@ -96,8 +96,11 @@ def test_message_rate_paths_and_credits_skip_when_ranks_are_too_few(pytester, di
         "# transport: process_group",  # one table per transport
     ])
     headers, rows = table_under(result.stdout.str(), "# transport: process_group")
-    assert headers == ["path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "MB/s",
+    assert headers == ["path", "size (B)", "credits", "msgs/s ± 95% CI", "us/msg", "bandwidth",
                        "msgs", "time (s)", "#wrong"]
+    # One-byte messages move little: the figure reads in its own unit, never 0.0001483 MB/s.
+    assert all(re.fullmatch(r"[\d.]+ [KMG]B/s", r[5]) and float(r[5].split()[0]) >= 0.1
+               for r in rows), rows
     assert [r[:3] + r[-1:] for r in rows] == [
         [p, "1", c, "0"] for p in ("client_to_computation", "computation_to_client")
         for c in ("1", "3")]
