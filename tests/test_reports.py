@@ -666,3 +666,22 @@ def test_no_interval_of_100_percent_or_more_is_printed_as_a_figure(wide, narrow)
     assert "collectives gloo ws2 large ±" in said[0]
     assert "(unstable)" in registered.headline([rows[0]])
     assert noise.UNSTABLE_NOTE not in noise.noise_lines(rows[1:])
+
+
+def test_a_row_named_by_its_measurement_does_not_say_its_parameter_again():
+    """`bucketed` and `per_tensor`, not `bucketed[mode=bucketed]` (which a fitted table wrapped
+    after its `[`); a parameter that differs from the name still shows."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering import names
+
+    rows = []
+    for mode in ("bucketed", "per_tensor"):
+        r = benchmark_record(1024, [1e-3, 2e-3, 3e-3])
+        r.update(name=f"test_ddp[gloo-ws2-{mode}]::{mode}", params={"mode": mode})
+        rows.append(r)
+    assert names.row_labels(rows, key=lambda r: None) == ["bucketed", "per_tensor"]
+    rows[1]["params"] = {"mode": "per_tensor", "buckets": 2}
+    rows[0]["params"] = {"mode": "bucketed", "buckets": 1}
+    assert names.row_labels(rows, key=lambda r: None) == ["bucketed[buckets=1]",
+                                                          "per_tensor[buckets=2]"]

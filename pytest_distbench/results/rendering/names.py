@@ -30,6 +30,9 @@ def row_labels(rows: Sequence[Record], key: RowKey) -> list[str] | None:
     varying = sorted({k for p in params for k in p if k != "nbytes"
                       and len({repr(q.get(k)) for q in params}) > 1})
     say_test, say_measured = len(set(tests)) > 1, len(set(measured)) > 1
+    if say_measured:  # a parameter that names each row's measurement says it twice
+        varying = [k for k in varying if any(_value(p.get(k)) != m
+                                             for p, m in zip(params, measured, strict=True))]
     if not (say_test or say_measured or varying):  # nothing tells them apart: all there is
         say_test = say_measured = True
     labels = []
