@@ -112,6 +112,10 @@ class Family:
     # Record families whose headline is a latency: the digest shows them at their smallest
     # message size (the figure people read a latency at), every other at its largest.
     latencies: tuple[str, ...] = ()
+    # What the digest must carry of a table's notes for the rows it shows (a comparison that
+    # name-resolution stalls decide; fewer credits in flight than the row's name says): one
+    # short clause, or None.
+    caveats: Mapping[str, Callable[[list[Record]], str | None]] = field(default_factory=dict)
 
 
 class Found(NamedTuple):
@@ -307,6 +311,12 @@ def table_headline(record_family: str) -> str | None:
 def table_details(record_family: str) -> TableStyle | None:
     """The detail block this record family's tables add under -v, if any."""
     return _by_record_family("details").get(record_family)
+
+
+def digest_caveat(record_family: str, rows: list[Record]) -> str | None:
+    """The caveat the family's table notes for `rows`, for the digest's line, if any."""
+    said = _by_record_family("caveats").get(record_family)
+    return said(rows) if said is not None else None
 
 
 def is_latency(record_family: str) -> bool:

@@ -270,3 +270,29 @@ def test_the_widest_nccl_tests_table_of_the_main_job_fits():
         made.append(record)
     text = table.render_tables(made)
     assert "64 MiB" in text and max(map(len, text.splitlines())) <= WIDTH, text
+
+
+def test_the_digest_carries_the_caveats_its_tables_note():
+    """A store backend comparison that name-resolution stalls decide, and RPC rows that ran
+    fewer credits than they asked for, say so on their digest line too (the table's notes
+    would otherwise be lost: libuv read 136x slower than legacy with no word of the stalls)."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    def row(family, nbytes, figures, **params):
+        r = benchmark_record(nbytes or 1, [1e-3, 2e-3, 3e-3])
+        return dict(r, family=family, nbytes=nbytes, figures=figures, params=params,
+                    name=f"test_{family}[gloo-ws2-{'-'.join(map(str, params.values()))}]")
+
+    stalled = [row("store_init", None, {"slow_connects": 3, "clients": 64,
+                                        "server_backend": backend}, store_backend=backend)
+               for backend in ("libuv", "legacy")]
+    capped = [row("rpc_throughput", 1 << 16, {"credits": 4, "credits_requested": 10,
+                                              "msgs_per_s": 900.0}, credits=10)]
+    said = " ".join(" ".join(family_lines(stalled + capped)).split())
+    assert "CONFOUNDED: connects stalled over" in said
+    assert "on name resolution (legacy 3, libuv 3)" in said
+    assert "credits=10 ran 4 in flight (the byte cap)" in said
+    quiet = [dict(r, figures={**r["figures"], "slow_connects": 0}) for r in stalled]
+    assert "CONFOUNDED" not in " ".join(family_lines(quiet))

@@ -22,6 +22,7 @@ from .tables import (
     render_throughput,
     render_transports,
     seed_blocks,
+    throughput_caveat,
 )
 
 ROUND_TRIP = Value("round trip p50", of_time=time_us)
@@ -41,6 +42,7 @@ FAMILY = Family(
     details={"agent_observer": seed_blocks},
     no_interval=("agent_observer",),
     latencies=("rpc_latency", "rpc_transports"),
+    caveats={"rpc_throughput": throughput_caveat},
     headlines={
         "rpc_latency": "round trip: p50 of the slowest rank per iteration ± 95 % CI",
         "rpc_throughput": "msgs/s: of the p50 iteration (slowest rank) ± 95 % CI",

@@ -165,3 +165,14 @@ def render_agent_observer(records: list[Record]) -> str:
 def seed_blocks(records: list[Record]) -> str:
     """The seed's block of every point (the -v detail of the agent/observer table)."""
     return "\n".join(seed_block(r) for r in _points(records))
+
+
+def throughput_caveat(rows: list[Record]) -> str | None:
+    """The digest's word on rows that ran fewer credits in flight than they asked for (their
+    names say the credits requested; the table says `4 (of 10)`)."""
+    capped = sorted({(f["credits_requested"], f.get("credits")) for r in rows
+                     if (f := r.get("figures") or {}).get("credits_requested", f.get("credits"))
+                     != f.get("credits")}, key=str)
+    if not capped:
+        return None
+    return "; ".join(f"credits={asked} ran {ran} in flight (the byte cap)" for asked, ran in capped)

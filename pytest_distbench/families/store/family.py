@@ -14,7 +14,7 @@ from ...results.rendering.plot_spec import (
     Value,
 )
 from .options import SETTINGS
-from .table import render_barrier, render_init, render_ops, render_routes
+from .table import init_caveat, render_barrier, render_init, render_ops, render_routes
 
 
 def time_ms(record: Record, seconds: float) -> float:
@@ -31,6 +31,7 @@ FAMILY = Family(
     tables={"store_init": render_init, "store_barrier": render_barrier, "store_ops": render_ops,
             "store_routes": render_routes},
     no_interval=("store_init", "store_routes"),
+    caveats={"store_init": init_caveat},
     headlines={
         "store_init": "init: one timed constructor per test (no CI from one sample)",
         "store_barrier": "barrier: p50 of the rounds ± 95 % CI",

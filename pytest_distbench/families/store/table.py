@@ -115,6 +115,17 @@ def _confounded(rows: list[dict[str, Any]]) -> str:
             "compare backends on init w/o slow, or fix the resolver (docs/store.md)\n")
 
 
+def init_caveat(rows: list[dict[str, Any]]) -> str | None:
+    """The digest's word on init rows that connect stalls decide (the table's CONFOUNDED)."""
+    slow = [r for r in _order(rows) if r["figures"].get("slow_connects")]
+    if not slow:
+        return None
+    counts = ", ".join(f"{r['figures'].get('server_backend')} {r['figures']['slow_connects']}"
+                       for r in slow)
+    return (f"CONFOUNDED: connects stalled over {plan.SLOW_CONNECT_S:g} s on name resolution "
+            f"({counts}), not on the backend: see its table")
+
+
 def render_barrier(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in _order(rows):

@@ -35,6 +35,9 @@ def family_lines(records: Iterable[Record]) -> list[str]:
             figures = "no headline figure: see its table"
         else:
             figures = _figures(point)
+        caveat = registry.digest_caveat(family, point)
+        if caveat:  # what the table's notes say of these rows travels with their figures
+            figures += f" [{caveat}]"
         entries.append((family, world, size, figures))
     sized = max((len(size) for _, _, size, _ in entries), default=0)
     lines = []
