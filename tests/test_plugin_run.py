@@ -131,7 +131,7 @@ def test_results_file_holds_per_iteration_max_of_rank_samples(pytester, distbenc
     title = ("# all_reduce  backend=gloo  ranks=2  device=cpu  | time: p50 of the slowest "
              "rank per iteration ± 95 % CI")
     headers, rows = table_under(result.stdout.str(), title)
-    assert headers == ["size", "count", "type", "p50 (us) ± 95% CI", "mean (us) nccl-tests/PARAM",
+    assert headers == ["size", "count", "type", "p50 (us) ± 95% CI", "mean (us) nccl-tests, PARAM",
                        "p95 (us)", "algbw", "busbw", "#wrong", "skew", "stalls"]
     assert [r[:3] for r in rows] == [["1 KiB", "256", "float32"], ["64 KiB", "16384", "float32"]]
     # (unstable) where a loaded machine's runs differ by more than their value.

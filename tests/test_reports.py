@@ -325,7 +325,7 @@ def test_the_table_says_its_headline_is_a_p50_and_shows_the_mean_nccl_tests_prin
     assert title.endswith("| time: p50 of the slowest rank per iteration ± 95 % CI")
     columns, (cells,) = read_table(lines)
     p50_cell = cells[columns.index("p50 (us) ± 95% CI")]
-    mean_cell = cells[columns.index("mean (us) nccl-tests/PARAM")]
+    mean_cell = cells[columns.index("mean (us) nccl-tests, PARAM")]
     value, pct = re.fullmatch(r"([\d,.]+) ± ([\d.]+) %", p50_cell).groups()
     assert float(value.replace(",", "")) == pytest.approx(record["summary"]["p50"] * 1e6, rel=0.01)
     assert float(mean_cell.replace(",", "")) == pytest.approx(record["summary"]["mean"] * 1e6,
