@@ -239,10 +239,7 @@ def test_a_hostile_profiler_value_is_one_line_and_leaves_nothing(tmp_path, damag
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     [line] = done.stderr.splitlines()
     assert "rank0.json" in line and expected in line, line
-    assert not (tmp_path / "t").exists()
-    # The directory stays free: the same command on good files writes there.
-    good = _cli(tmp_path, "--from-profiler", *map(str, nccl_files(tmp_path)), "--out", "t")
-    assert good.returncode == 0, good.stderr
+    assert not (tmp_path / "t").exists()  # free for the next command
 
 
 def test_a_trace_that_would_not_read_back_is_not_left_in_the_directory(tmp_path, monkeypatch):

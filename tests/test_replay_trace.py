@@ -266,8 +266,10 @@ def test_any_field_of_a_trace_changed_to_anything_reads_or_is_refused_in_one_lin
 
 # -- what parsing builds (issue 54, item 2: bounded by the values, not only the bytes) -------
 
+# The peak RSS of the process's own memory (VmHWM): its ru_maxrss starts from its parent's,
+# pytest's, kept across fork and exec.
 PEAK = textwrap.dedent("""
-    import resource, sys
+    import sys
     from pytest_distbench.families.replay.reading import read
     from pytest_distbench.families.replay.trace import TraceError
     try:
@@ -275,7 +277,8 @@ PEAK = textwrap.dedent("""
         print("read")
     except TraceError as e:
         print(e)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    status = open("/proc/self/status").read()
+    print(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 """)
 
 
@@ -337,7 +340,7 @@ def _count_built(value) -> int:
 @given(value=st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
-    max_leaves=40), compact=st.booleans(), ascii_only=st.booleans())
+    max_leaves=20), compact=st.booleans(), ascii_only=st.booleans())
 def test_the_count_on_the_bytes_bounds_what_the_parse_builds(value, compact, ascii_only):
     raw = json.dumps(value, separators=(",", ":") if compact else None,
                      ensure_ascii=ascii_only).encode()
