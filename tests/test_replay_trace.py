@@ -336,7 +336,7 @@ def _count_built(value) -> int:
     return 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(value=st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
