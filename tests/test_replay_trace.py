@@ -303,7 +303,7 @@ def test_a_rank_file_of_more_values_than_a_trace_file_holds_is_refused_unparsed(
 
 @pytest.mark.parametrize(("text", "refused"), [
     ("\N{GRINNING FACE}", "U+FFFF"), ("\\ud83d\\ude00", "U+FFFF"), ("\u0100", "U+00FF"),
-    ("\\u00e9", "U+00FF"), ("\u00e9", None), ("plain", None)])
+    ("\\u0100", "U+00FF"), ("\\u00e9", None), ("\u00e9", None), ("plain", None)])
 def test_a_trace_file_whose_text_takes_more_memory_than_its_bytes_is_held_to_the_cap(
         tmp_path, monkeypatch, text, refused):
     """Python keeps a string at its widest character's width: a file of characters past U+FFFF

@@ -31,8 +31,8 @@ MAX_VALUES = 1 << 24
 _SEPARATORS = (b"[", b"{", b",", b":")
 # Python keeps a string at its widest character's width: 1 byte a character up to U+00FF, 2
 # up to U+FFFF, 4 past it. Lead bytes of UTF-8 characters past U+00FF and past U+FFFF, and
-# the \u escapes that may make them (any \u counted as 2 bytes, a surrogate's as 4).
-_WIDE = re.compile(rb"[\xc4-\xef]|\\u")
+# the \u escapes that may make them (one past \u00ff counted as 2 bytes, a surrogate as 4).
+_WIDE = re.compile(rb"[\xc4-\xef]|\\u(?!00)")
 _WIDEST = re.compile(rb"[\xf0-\xf4]|\\u[dD][89abAB]")
 MAX_GROUPS = 4096  # each is a new_group in every rank of the replay's world
 MAX_GROUP_MEMBERS = 1 << 20  # the ranks of all groups together
