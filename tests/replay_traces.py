@@ -97,6 +97,26 @@ def nccl_files(directory: Path, world: int = 3) -> list[Path]:
     return paths
 
 
+def gloo_event(name: str, ts: float, dims: list, **args) -> dict:
+    """A gloo rank's profiler event: a c10d operator's (`c10d::allreduce_`: its tensor list's
+    shapes as dims[0]) or its work's on gloo's thread (`gloo:all_reduce`: dims[0] a shape)."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 2.0,
+            "args": {"Input Dims": dims, "Input type": ["float"], **args}}
+
+
+def gloo_files(directory: Path, events: list[dict], world: int = 2) -> list[Path]:
+    """One profiler file per rank of a gloo world, each holding `events` (torch 2.13's gloo
+    records no record_param_comms: the operator events and their works are read)."""
+    paths = []
+    for r in range(world):
+        data = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": world,
+                                    "pg_config": [{"ranks": list(range(world))}]},
+                "traceEvents": events}
+        paths.append(directory / f"rank{r}.json")
+        paths[-1].write_text(json.dumps(data))
+    return paths
+
+
 def written(trace: Trace, directory: Path) -> Path:
     return write(trace, directory)
 

@@ -8,14 +8,16 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import replay_traces
 from launching import free_port
-from replay_traces import nccl_files
+from replay_traces import gloo_event, gloo_files, nccl_files
 
-from pytest_distbench.families.replay import profiler, timeline
+from pytest_distbench.families.replay import command, profiler, timeline
+from pytest_distbench.families.replay.fields import MAX_VALUES
 from pytest_distbench.families.replay.reading import read
 from pytest_distbench.families.replay.trace import TraceError
 
@@ -176,3 +178,111 @@ def test_an_all_to_all_it_cannot_replay_evenly_is_listed_not_read(tmp_path, spli
     t = profiler.load(files)
     assert sum(s.endswith(f": alltoall_base with {how} splits") for s in t.skipped) == 3
     assert [c.op for c in t.calls[0]].count("all_to_all_single") == 0
+
+
+def _with_literal(path: Path, placeholder: str, literal: str) -> None:
+    """Put a JSON number json.dumps cannot write (1e400) where `placeholder` stands."""
+    path.write_text(path.read_text().replace(f'"{placeholder}"', literal))
+
+
+def _nccl_damaged(tmp_path: Path, change) -> list[Path]:
+    files = nccl_files(tmp_path)
+    for path in files:
+        replay_traces.edit_json(path, change)
+    return files
+
+
+def _deep_ranks(d: dict) -> None:
+    d["traceEvents"][2]["args"]["Process Group Ranks"] = "[" * 100_000 + "]" * 100_000
+
+
+def _gloo_broadcast(root: object, dims: list | None = None) -> list[dict]:
+    dims = dims or [[[8]]]
+    return [gloo_event("c10d::broadcast_", 200.0, dims, **{"Concrete Inputs": ["", "", root]}),
+            gloo_event("gloo:broadcast", 201.0, [dims[0][0]])]
+
+
+# Each was a traceback, or a trace written that its own read-back refused and left in the
+# directory (issue 54, item 5).
+HOSTILE = {
+    "a 400-digit ts": (
+        lambda tmp: _nccl_damaged(tmp, lambda d: d["traceEvents"][3].update(ts=10**400)),
+        "traceEvents[3]: field 'ts': expected microseconds"),
+    "a 100,000-deep Process Group Ranks": (
+        lambda tmp: _nccl_damaged(tmp, _deep_ranks),
+        "traceEvents[2]: field 'args.Process Group Ranks'"),
+    "a dur of 1e400": (
+        lambda tmp: [_with_literal(p, "DUR", "1e400") or p for p in _nccl_damaged(
+            tmp, lambda d: d["traceEvents"][2].update(dur="DUR"))],
+        "traceEvents[2]: field 'dur': expected microseconds"),
+    "a root of 1e400": (
+        lambda tmp: [_with_literal(p, "ROOT", "1e400") or p for p in gloo_files(
+            tmp, _gloo_broadcast("ROOT"))],
+        "traceEvents[0]: field 'args.Concrete Inputs[2]'"),
+    "a negative root": (lambda tmp: gloo_files(tmp, _gloo_broadcast(-1)),
+                        "traceEvents[0]: field 'args.Concrete Inputs[2]'"),
+    "16 dims of 2**31 - 1": (
+        lambda tmp: gloo_files(tmp, _gloo_broadcast("0", [[[2**31 - 1] * 16]])),
+        "traceEvents[0]: field 'args.Input Dims': a tensor of more than 1 PiB"),
+    "a step past 2**31 - 1": (
+        lambda tmp: _nccl_damaged(tmp, lambda d: d["traceEvents"][0].update(
+            name="ProfilerStep#" + "9" * 5000)),
+        "traceEvents[0]: field 'name': a step number past 2147483647"),
+}
+
+
+@pytest.mark.parametrize("damage", list(HOSTILE))
+def test_a_hostile_profiler_value_is_one_line_and_leaves_nothing(tmp_path, damage):
+    make, expected = HOSTILE[damage]
+    files = make(tmp_path)
+    done = _cli(tmp_path, "--from-profiler", *map(str, files), "--out", "t")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    [line] = done.stderr.splitlines()
+    assert "rank0.json" in line and expected in line, line
+    assert not (tmp_path / "t").exists()  # free for the next command
+
+
+def test_a_trace_that_would_not_read_back_is_not_left_in_the_directory(tmp_path, monkeypatch):
+    """Whatever the profiler reader lets through, the read-back is the last word: the trace is
+    written beside and moved in only once it reads (an existing directory keeps its files)."""
+    made = profiler.load(nccl_files(tmp_path))
+    made.calls[1][0] = replace(made.calls[1][0], issued_s=1e13)
+    monkeypatch.setattr(profiler, "load", lambda files, name=None: made)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    for out in (tmp_path / "new", tmp_path / "out"):
+        code, line = command.from_profiler(str(out), None, ["rank0.json"])
+        assert code == 2 and "does not read back, so is not written" in line, line
+        assert f"{out}/rank1.json: calls[0]: field 'issued_s'" in line, line
+    assert not (tmp_path / "new").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+
+
+def test_a_profile_whose_calls_are_all_skipped_writes_nothing_and_says_so(tmp_path):
+    """As the launch capture refuses a capture of no call (issue 54, item 12): a 0-call trace
+    replays as nothing and blocks the next capture there."""
+    def sends_only(d: dict) -> None:
+        for e in d["traceEvents"]:
+            if e["name"] == "record_param_comms":
+                e["args"]["Collective name"] = "send"
+    files = _nccl_damaged(tmp_path, sends_only)
+    done = _cli(tmp_path, "--from-profiler", *map(str, files), "--out", "t")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        f"pytest-distbench: error: capture: {files[0]} and 2 more: no call to replay: 24 not "
+        "replayable, nothing else; nothing written to t"), done.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_profile_of_more_values_than_a_trace_file_holds_is_refused_before_parsing(tmp_path):
+    """A traceEvents of empty objects under the byte cap was parsed whole (a 250 MB one
+    OOM-killed at 4 GiB, issue 54 item 2): the values are counted on the bytes first."""
+    files = nccl_files(tmp_path)
+    head = files[0].read_text().replace('"traceEvents": [', '"traceEvents": [' + "{}," * (
+        MAX_VALUES // 2), 1)
+    files[0].write_text(head)
+    done = _cli(tmp_path, "--from-profiler", *map(str, files), "--out", "t")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert f"rank0.json: more than {MAX_VALUES:,} JSON values" in line, line
+    assert not (tmp_path / "t").exists()

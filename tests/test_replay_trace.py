@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from launching import free_port
 from replay_traces import edit_json, param_trace
 
+from pytest_distbench.families.replay import fields as fmt_fields
+from pytest_distbench.families.replay import timeline
 from pytest_distbench.families.replay import trace as fmt
 from pytest_distbench.families.replay.reading import read
 from pytest_distbench.families.replay.trace import Buffer, Call, Trace, TraceError
+from pytest_distbench.units import format_size
 
 DTYPES = sorted(fmt.DTYPE_BYTES)
 
@@ -259,6 +262,119 @@ def test_any_field_of_a_trace_changed_to_anything_reads_or_is_refused_in_one_lin
         assert "\n" not in str(e) and SECRET not in str(e) and len(str(e)) < 500, str(e)
     else:
         assert t.world_size == 3 and all(c.nbytes <= 1 << 50 for c in t.calls[0])
+
+
+# -- what parsing builds (issue 54, item 2: bounded by the values, not only the bytes) -------
+
+# The peak RSS of the process's own memory (VmHWM): its ru_maxrss starts from its parent's,
+# pytest's, kept across fork and exec.
+PEAK = textwrap.dedent("""
+    import sys
+    from pytest_distbench.families.replay.reading import read
+    from pytest_distbench.families.replay.trace import TraceError
+    try:
+        read(sys.argv[1])
+        print("read")
+    except TraceError as e:
+        print(e)
+    status = open("/proc/self/status").read()
+    print(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+""")
+
+
+def test_a_rank_file_of_more_values_than_a_trace_file_holds_is_refused_unparsed(tmp_path):
+    """`"calls": [{}, {}, ...]` under the byte cap: a 25 MB one peaked at 687 MiB and was
+    refused only after its parse, a 250 MB one OOM-killed at 4 GiB. Now its brackets and
+    commas are counted on the bytes and it is refused before anything is built."""
+    fmt.write(small_trace(), tmp_path / "t")
+    rank1 = tmp_path / "t" / "rank1.json"
+    rank1.write_text(rank1.read_text().replace('"calls": [', '"calls": [' + "{}," * (
+        fmt_fields.MAX_VALUES // 2), 1))
+    done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / "t")],
+                          capture_output=True, text=True, timeout=120)
+    message, peak_kib = done.stdout.splitlines()
+    assert message.startswith(f"{rank1}: more than 16,777,216 JSON values (counted by its "
+                              "brackets, commas and colons: 16,777,"), message
+    assert message.endswith("); a trace file holds at most that many "
+                            '(docs/replay-trace-format.md, "Memory")'), message
+    # The file's bytes, read and counted; not the 8 million objects (over 600 MiB).
+    assert int(peak_kib) < 200 * 1024, f"peak {int(peak_kib) >> 10} MiB"
+
+
+@pytest.mark.parametrize(("text", "refused"), [
+    ("\N{GRINNING FACE}", "U+FFFF"), ("\\ud83d\\ude00", "U+FFFF"), ("\u0100", "U+00FF"),
+    ("\\u0100", "U+00FF"), ("\\u00e9", None), ("\u00e9", None), ("plain", None)])
+def test_a_trace_file_whose_text_takes_more_memory_than_its_bytes_is_held_to_the_cap(
+        tmp_path, monkeypatch, text, refused):
+    """Python keeps a string at its widest character's width: a file of characters past U+FFFF
+    (or escapes making them) takes 4 bytes a character, past U+00FF 2: such a file is held to
+    a quarter or half of the byte cap."""
+    fmt.write(small_trace(), tmp_path / "t")
+    rank1 = tmp_path / "t" / "rank1.json"
+    rank1.write_text(rank1.read_text().replace('"rank": 1', f'"note": "{text}", "rank": 1'),
+                     encoding="utf-8")
+    cap = max(f.stat().st_size for f in (tmp_path / "t").iterdir()) + 1
+    monkeypatch.setattr(fmt_fields, "MAX_FILE_BYTES", cap)
+    if refused is None:
+        assert read(tmp_path / "t").calls[1]
+        return
+    with pytest.raises(TraceError) as caught:
+        read(tmp_path / "t")
+    width = 4 if refused == "U+FFFF" else 2
+    assert str(caught.value) == (
+        f"{rank1}: larger than {format_size(cap // width)}, the most a trace file "
+        f"may be that holds characters past {refused} (Python keeps such text in {width} bytes "
+        "a character)")
+
+
+def _count_built(value) -> int:
+    """The values and keys a parse of `value` builds."""
+    if isinstance(value, dict):
+        return 1 + sum(1 + _count_built(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_count_built(v) for v in value)
+    return 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=20), compact=st.booleans(), ascii_only=st.booleans())
+def test_the_count_on_the_bytes_bounds_what_the_parse_builds(value, compact, ascii_only):
+    raw = json.dumps(value, separators=(",", ":") if compact else None,
+                     ensure_ascii=ascii_only).encode()
+    assert fmt_fields.values_at_most(raw) >= _count_built(json.loads(raw))
+
+
+def _waits_by_definition(calls: list[Call]) -> list[int | None]:
+    """with_waits' rule, call by call as its docstring says (the quadratic form it replaced)."""
+    n, found = len(calls), []
+    for i, c in enumerate(calls):
+        end = next((j for j in range(i + 1, n) if calls[j].step != c.step), n)
+        if c.completed_s is not None:
+            wait = next((j for j in range(i + 1, end)
+                         if (calls[j].issued_s or 0.0) >= c.completed_s), None)
+        elif c.op in ("send", "recv"):
+            wait = next((j for j in range(i + 1, end) if calls[j].op not in ("send", "recv")),
+                        None)
+        else:
+            wait = i + 1 if i + 1 < end else None
+        found.append(end if wait is None and end < n else wait)
+    return found
+
+
+_TIMES = st.none() | st.integers(0, 12).map(float)
+
+
+@settings(max_examples=300, deadline=None)
+@given(calls=st.lists(st.builds(
+    lambda op, step, issued, completed: Call(op, 0, peer=1 if op in ("send", "recv") else None,
+                                             step=step, issued_s=issued, completed_s=completed),
+    st.sampled_from(["all_reduce", "send", "recv", "barrier"]), st.integers(0, 2), _TIMES,
+    _TIMES), max_size=30))
+def test_waits_are_rebuilt_in_one_pass_as_the_rule_says(calls):
+    assert [c.wait_before for c in timeline.with_waits(calls)] == _waits_by_definition(calls)
 
 
 def _would_hang_roots(d: Path) -> None:

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,7 +67,9 @@ def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[i
 def from_profiler(out: str, steps: Sequence[int] | None, files: Sequence[str]
                   ) -> tuple[int, str]:
     """The trace of `files` (one profiler file per rank) written to `out`, keeping `steps`
-    (all if None): (exit code, one line saying what was written or what is wrong)."""
+    (all if None): (exit code, one line saying what was written or what is wrong). The trace
+    is written beside, in a directory of its own under `out`, and moved in only once it reads
+    back: a trace the reader would refuse is never left in `out`, nor anything else."""
     try:
         fmt.refuse_existing(out, create=False)
         trace = profiler.load(files, name=Path(out).name)
@@ -80,11 +83,55 @@ def from_profiler(out: str, steps: Sequence[int] | None, files: Sequence[str]
             trace.spans = {r: {s: v for s, v in sp.items() if s in steps}
                            for r, sp in trace.spans.items()}
             trace.steps = sorted(steps)
-        fmt.write(trace, out)
-        read(out)
+        if not any(trace.calls.values()):
+            # A trace of no call replays as nothing and blocks the next capture there.
+            where = f" in steps {trace.steps}" if steps else ""
+            why = (f": {len(trace.skipped)} not replayable, nothing else" if trace.skipped
+                   else "")
+            raise fmt.TraceError(f"{_named(files)}: no call to replay{where}{why}; nothing "
+                                 f"written to {out}")
+        _write_checked(trace, Path(out))
     except fmt.TraceError as e:
         return 2, str(e)
+    except OSError as e:
+        return 2, f"cannot write in {out}: {e.strerror or e}"
     return 0, _wrote(out, trace)
+
+
+def _write_checked(trace: fmt.Trace, out: Path) -> None:
+    """Write `trace` to `out` through a directory of its own there, read back before its
+    files are moved in (the manifest last); on any failure nothing stays, not even `out`
+    where it was made here."""
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".from-profiler.", dir=out))
+    moved: list[Path] = []
+    try:
+        fmt.write(trace, staging)
+        try:
+            read(staging)
+        except fmt.TraceError as e:  # a value the profiler reader let through: a bug here
+            raise fmt.TraceError(f"the trace made does not read back, so is not written: "
+                                 f"{str(e).replace(str(staging), str(out))}") from None
+        for name in [*(fmt.rank_file(r) for r in range(trace.world_size)), fmt.MANIFEST]:
+            os.replace(staging / name, out / name)
+            moved.append(out / name)
+    except BaseException:
+        for path in reversed(moved):
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and not (out / fmt.MANIFEST).exists():
+            try:
+                out.rmdir()  # only if empty: never what another process put there meanwhile
+            except OSError:
+                pass
+
+
+def _named(files: Sequence[str]) -> str:
+    """The files given, in a message: the first, and how many more."""
+    return str(files[0]) + (f" and {len(files) - 1} more" if len(files) > 1 else "")
 
 
 def _wrote(out: str, trace: fmt.Trace) -> str:

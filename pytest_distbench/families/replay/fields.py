@@ -13,21 +13,34 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from ...results.document.io import UnreadableFile, read_regular_file
 from ...results.document.schema import json_type
-from ...units import MAX_WORLD_SIZE
+from ...units import MAX_WORLD_SIZE, format_size
 
 MAX_FILE_BYTES = 256 << 20  # a trace file larger than this is not a step's calls
+# The JSON values and keys a trace file may hold: what its parse builds (Python spends 30 to
+# 90 bytes on each, whatever the file spends), counted before parsing. About what a real file
+# of MAX_FILE_BYTES holds (a profiler event or a rank file's call: 12 to 20 values in 100 to
+# 250 bytes), far fewer than a file of that size of `{},` or `0,` (90 or 130 million).
+MAX_VALUES = 1 << 24
+_SEPARATORS = (b"[", b"{", b",", b":")
+# Python keeps a string at its widest character's width: 1 byte a character up to U+00FF, 2
+# up to U+FFFF, 4 past it. Lead bytes of UTF-8 characters past U+00FF and past U+FFFF, and
+# the \u escapes that may make them (one past \u00ff counted as 2 bytes, a surrogate as 4).
+_WIDE = re.compile(rb"[\xc4-\xef]|\\u(?!00)")
+_WIDEST = re.compile(rb"[\xf0-\xf4]|\\u[dD][89abAB]")
 MAX_GROUPS = 4096  # each is a new_group in every rank of the replay's world
 MAX_GROUP_MEMBERS = 1 << 20  # the ranks of all groups together
 MAX_DIMS = 16
 MAX_BUFFER_BYTES = 1 << 50  # 1 PiB: no rank holds a larger tensor
 MAX_INDEX = 2**31 - 1  # steps, call indices, PARAM requests
-__all__ = ["MAX_FILE_BYTES", "MAX_WORLD_SIZE", "Fields", "TraceError", "read_json", "type_name"]
+__all__ = ["MAX_FILE_BYTES", "MAX_VALUES", "MAX_WORLD_SIZE", "Fields", "TraceError", "read_json",
+           "type_name"]
 
 
 class TraceError(ValueError):
@@ -36,16 +49,22 @@ class TraceError(ValueError):
 
 def read_json(path: Path, within: Path) -> Any:
     """The JSON value of the trace file `path`, a regular file inside the directory `within`
-    (a link leading out of it is refused unread) of at most MAX_FILE_BYTES."""
+    (a link leading out of it is refused unread) of at most MAX_FILE_BYTES, whose parse would
+    build at most MAX_VALUES values and MAX_FILE_BYTES of text (checked before parsing:
+    docs/replay-trace-format.md, "Memory")."""
     try:
         raw = read_regular_file(path, MAX_FILE_BYTES, "a trace file", within=within)
     except UnreadableFile as exc:
         hint = " (is the directory a trace?)" if str(exc) == "no such file" else ""
         raise TraceError(f"{path}: {exc}{hint}") from None
+    _refuse_what_parsing_would_build(path, raw)
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not JSON (not UTF-8 text, byte {exc.start})") from None
+    del raw  # parsed without its bytes beside it
+    try:
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column "
                          f"{exc.colno})") from None
@@ -53,6 +72,31 @@ def read_json(path: Path, within: Path) -> Any:
         raise TraceError(f"{path}: not JSON a trace holds (nested too deeply)") from None
     except ValueError as exc:  # an integer of more digits than Python converts, NaN
         raise TraceError(f"{path}: not JSON a trace holds ({str(exc).split(';')[0]})") from None
+
+
+def _refuse_what_parsing_would_build(path: Path, raw: bytes) -> None:
+    """TraceError where parsing `raw` could build more than MAX_VALUES values, or more than
+    MAX_FILE_BYTES of text. Counted on the bytes, at C speed, before anything is built
+    (values_at_most), a string as wide as its widest character."""
+    values = values_at_most(raw)
+    if values > MAX_VALUES:
+        raise TraceError(f"{path}: more than {MAX_VALUES:,} JSON values (counted by its "
+                         f"brackets, commas and colons: {values:,}); a trace file holds at "
+                         "most that many (docs/replay-trace-format.md, \"Memory\")")
+    width = 1
+    if not raw.isascii() or b"\\u" in raw:
+        width = 4 if _WIDEST.search(raw) else 2 if _WIDE.search(raw) else 1
+    if len(raw) * width > MAX_FILE_BYTES:
+        past = "U+FFFF" if width == 4 else "U+00FF"
+        raise TraceError(f"{path}: larger than {format_size(MAX_FILE_BYTES // width)}, the most a "
+                         f"trace file may be that holds characters past {past} (Python keeps "
+                         f"such text in {width} bytes a character)")
+
+
+def values_at_most(raw: bytes) -> int:
+    """At least as many as the values and keys parsing the JSON text `raw` builds: each but
+    the first follows a bracket, a comma or a colon (those inside strings count too)."""
+    return 1 + sum(raw.count(c) for c in _SEPARATORS)
 
 
 def _no_constant(name: str) -> Any:

@@ -136,15 +136,15 @@ def _rank(entries: list[Any], where: str, rank: int, world: int,
             requests[req] = len(calls)
         calls.append(call)
     # A call with a wait entry is waited where that entry stood; one without as
-    # schedule.implied_wait says.
-    ops = [c.op for c in calls]
+    # schedule.implied_waits says.
+    implied = schedule.implied_waits([c.op for c in calls], [len(calls)] * len(calls))
     done = []
     for i, call in enumerate(calls):
         if i in waits:
             wait = max(waits[i], i + 1)
             wait = wait if wait < len(calls) else None
         else:
-            wait = schedule.implied_wait(ops, i, len(calls))
+            wait = implied[i]
         done.append(replace(call, wait_before=wait))
     return done
 

@@ -14,27 +14,45 @@ What a file gives, per rank (`distributedInfo`: rank, world size, backend, proce
 `ProfilerStep#N` events (a profile with a schedule) give the steps and their spans; without
 them the file is one step. Calls whose op, dtype, group or peer the file does not hold are
 listed in the trace's `skipped`, never dropped silently; a file that is not such a trace is
-refused in one line naming the file and the field (TraceError).
+refused in one line naming the file and the field (TraceError), and so is any value the
+trace format would refuse on reading it back (a time past 10^12 s, a tensor past 1 PiB).
+Reading takes time n log n in the events at most: every lookup (an operator's gloo event,
+a call's step, where it was waited) is a pass over sorted events, never a scan per call.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...units import MAX_WORLD_SIZE
 from . import trace as fmt
-from .fields import MAX_DIMS, MAX_GROUPS, Fields, TraceError, index, read_json
+from .fields import (
+    MAX_BUFFER_BYTES,
+    MAX_DIMS,
+    MAX_GROUP_MEMBERS,
+    MAX_GROUPS,
+    MAX_INDEX,
+    Fields,
+    TraceError,
+    index,
+    read_json,
+)
 from .timeline import with_waits
 from .trace import Buffer, Call, Trace
 
 SOURCE = "torch.profiler Chrome trace"
 PARAM_COMMS = "record_param_comms"
 MAX_EVENTS = 5_000_000  # a file with more is not one profiled step of a program
+# A time or a duration in microseconds (Chrome traces' unit) of at most this size: 3,000 years,
+# so every time the trace is given (from the file's first event) stays below the 10^12 s the
+# trace format reads.
+MAX_MICROSECONDS = 10**17
 
 # dtype names as the profiler writes them: record_param_comms' (c10 ScalarType names) and the
 # operator events' "Input type" (C++ type names).
@@ -61,7 +79,7 @@ COLLECTIVES = {
     "alltoall_base": "all_to_all_single", "all_to_allv": "all_to_all_single",
 }
 NOT_CALLS = ("wait", "init", "coalesced", "startCoalescing", "endCoalescing")
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#([0-9]+)$")
 
 
 def load(files: Sequence[str | Path], name: str | None = None) -> Trace:
@@ -133,14 +151,21 @@ class _Rank:
             raise TraceError(f"{where}: field 'traceEvents': {len(events)} events, more than "
                              f"{MAX_EVENTS} (profile a few steps)")
         self.where = where
-        self.events = [(i, e) for i, e in enumerate(events) if isinstance(e, dict)
-                       and e.get("ph") == "X" and isinstance(e.get("name"), str)]
-        self.origin = min((_time(e, f"{where}: traceEvents[{i}]") for i, e in self.events),
-                          default=0.0)
+        timed = [(i, e) for i, e in enumerate(events) if isinstance(e, dict)
+                 and e.get("ph") == "X" and isinstance(e.get("name"), str)]
+        self.origin = min((_time(e, self._at(i)) for i, e in timed), default=0.0)
+        # Only the events read below are kept: the file's others (every operator and kernel)
+        # go with its parse.
+        self.events = [(i, e) for i, e in timed if e["name"] == PARAM_COMMS
+                       or e["name"].startswith(("c10d::", "gloo:", "ProfilerStep#"))]
+        del data, events, timed
         self.spans: dict[int, tuple[float, float]] = {}
         for i, e in self.events:
             m = _STEP.match(e["name"])
             if m:
+                if len(m.group(1)) > 10 or int(m.group(1)) > MAX_INDEX:
+                    raise TraceError(f"{self._at(i)}: field 'name': a step number past "
+                                     f"{MAX_INDEX}")
                 start = self._seconds(e, i)
                 self.spans[int(m.group(1))] = (start, start + _duration(e, self._at(i)))
 
@@ -150,10 +175,25 @@ class _Rank:
     def _seconds(self, e: dict[str, Any], i: int) -> float:
         return round(_time(e, self._at(i)) - self.origin, 9)
 
-    def _step(self, issued: float) -> int | None:
+    def _steps(self, issued: Iterable[float]) -> list[int | None]:
+        """The step of each moment of `issued` (ascending): the step whose span holds it, the
+        one begun first where several do; None where none does. One pass over the spans in
+        the order they began, each let in once its start is passed and let go once its end
+        is (the moments only grow)."""
         if not self.spans:
-            return 0
-        return next((s for s, (a, b) in self.spans.items() if a <= issued <= b), None)
+            return [0 for _ in issued]
+        spans = sorted((a, b, s) for s, (a, b) in self.spans.items())
+        found: list[int | None] = []
+        holding: deque[tuple[float, float, int]] = deque()
+        k = 0
+        for t in issued:
+            while k < len(spans) and spans[k][0] <= t:
+                holding.append(spans[k])
+                k += 1
+            while holding and holding[0][1] < t:
+                holding.popleft()
+            found.append(holding[0][2] if holding else None)
+        return found
 
     def calls(self, groups: dict[tuple[int, ...], int], skipped: list[str]) -> list[Call]:
         comms = [(i, e) for i, e in self.events if e["name"] == PARAM_COMMS]
@@ -162,13 +202,11 @@ class _Rank:
         else:
             ops = sorted(((i, e) for i, e in self.events if e["name"].startswith("c10d::")),
                          key=lambda p: _ts(p[1]))
-            works = sorted((e for _, e in self.events if e["name"].startswith("gloo:")),
-                           key=_ts)
-            found = [self._operator(i, e, _work_of(e, works), groups, skipped) for i, e in ops]
+            works = _Works(e for _, e in self.events if e["name"].startswith("gloo:"))
+            found = [self._operator(i, e, works.take(e), groups, skipped) for i, e in ops]
         calls = sorted((c for c in found if c is not None), key=lambda c: c.issued_s or 0.0)
         kept = []
-        for c in calls:
-            step = self._step(c.issued_s or 0.0)
+        for c, step in zip(calls, self._steps(c.issued_s or 0.0 for c in calls), strict=True):
             if step is None:
                 skipped.append(f"rank {self.rank}: {c.op} at {c.issued_s:.6f} s, outside every "
                                "ProfilerStep")
@@ -176,16 +214,23 @@ class _Rank:
             kept.append(replace(c, step=step))
         return kept
 
-    def _group(self, ranks: Any, at: str, groups: dict[tuple[int, ...], int]) -> int:
+    def _group(self, ranks: Any, at: str, groups: dict[tuple[int, ...], int]
+               ) -> tuple[int, tuple[int, ...]]:
+        """The group's id in `groups` (a new one added) and its global ranks, ascending."""
         members = fmt.group_ranks(ranks, self.world, f"{at}: field 'args.Process Group Ranks'")
         if self.rank not in members:
             raise TraceError(f"{at}: field 'args.Process Group Ranks': rank {self.rank} is not "
                              "among them")
         key = tuple(sorted(members))
-        if key not in groups and len(groups) >= MAX_GROUPS:
-            raise TraceError(f"{at}: field 'args.Process Group Ranks': a group past the "
-                             f"{MAX_GROUPS} a trace may have")
-        return groups.setdefault(key, len(groups))
+        if key not in groups:
+            if len(groups) >= MAX_GROUPS:
+                raise TraceError(f"{at}: field 'args.Process Group Ranks': a group past the "
+                                 f"{MAX_GROUPS} a trace may have")
+            if sum(map(len, groups)) + len(key) > MAX_GROUP_MEMBERS:  # at most 4096 times
+                raise TraceError(f"{at}: field 'args.Process Group Ranks': more than "
+                                 f"{MAX_GROUP_MEMBERS} ranks in all the trace's groups")
+            groups[key] = len(groups)
+        return groups[key], key
 
     def _param_comms(self, i: int, e: dict[str, Any], groups: dict[tuple[int, ...], int],
                      skipped: list[str]) -> Call | None:
@@ -199,7 +244,7 @@ class _Rank:
             return None
         op = COLLECTIVES.get(name)
         if op is None:
-            skipped.append(f"rank {self.rank} traceEvents[{i}]: {name}")
+            skipped.append(f"rank {self.rank} traceEvents[{i}]: {name[:40]}")
             return None
         issued = self._seconds(e, i)
         returned = round(issued + _duration(e, at), 9)
@@ -207,19 +252,18 @@ class _Rank:
         if isinstance(ranks, str):
             try:
                 ranks = json.loads(ranks)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
                 ranks = None
-        group = self._group(ranks, at, groups)
+        group, members = self._group(ranks, at, groups)
         if op == "barrier":
             return Call(op, group, issued_s=issued, returned_s=returned)
-        dtype = DTYPES.get(str(args.get("dtype")).lower())
+        dtype = _dtype(args.get("dtype"))
         if dtype is None:
             raise TraceError(f"{at}: field 'args.dtype': expected one of "
                              + ", ".join(sorted(DTYPES)))
         fields = Fields(args, at, "args.")
         sizes = [fields.integer(k, what="a number of elements")
                  for k in ("In msg nelems", "Out msg nelems")]
-        members = next(m for m, g in groups.items() if g == group)
         splits = [_splits(args.get(k)) for k in ("In split size", "Out split size")]
         if op == "all_to_all_single" and any(s is None or len(set(s)) > 1 for s in splits):
             how = "unreadable" if None in splits else "uneven"
@@ -240,8 +284,7 @@ class _Rank:
             skipped.append(f"rank {self.rank} traceEvents[{i}]: c10d.{op}: its process group is "
                            "not in the file (its groups differ in ranks)")
             return None
-        members = next(iter(self.pg_ranks))
-        group = self._group(list(members), at, groups)
+        group, members = self._group(list(next(iter(self.pg_ranks))), at, groups)
         issued = self._seconds(e, i)
         times = {"issued_s": issued, "returned_s": round(issued + _duration(e, at), 9),
                  "completed_s": None}
@@ -255,15 +298,14 @@ class _Rank:
         if op == "barrier":
             return Call("barrier", group, **times)
         if op in ("allreduce_", "broadcast_"):
-            work_type = (work or {}).get("args", {}).get("Input type") if work else None
-            dtype = DTYPES.get(str(work_type[0]).lower()) if isinstance(work_type, list) \
-                and work_type else None
+            work_type = work["args"].get("Input type") if work else None
+            dtype = _dtype(work_type[0]) if isinstance(work_type, list) and work_type else None
             shapes = dims[0]
             if dtype is None or not _shapes(shapes):
                 skipped.append(f"rank {self.rank} traceEvents[{i}]: c10d.{op}: dtype not in the "
                                "file (no gloo event paired with it)")
                 return None
-            buffers = tuple(Buffer(dtype, tuple(s)) for s in shapes)
+            buffers = tuple(_buffer(dtype, s, at) for s in shapes)
             if op == "allreduce_":
                 return Call("all_reduce", group, buffers, buffers, reduce_op="sum", **times)
             root = _concrete(args, 2)
@@ -274,11 +316,11 @@ class _Rank:
         pairs = {"_allgather_base_": "all_gather_into_tensor",
                  "_reduce_scatter_base_": "reduce_scatter_tensor"}
         if op in pairs and len(dims) >= 2 and _shapes(dims[:2]):
-            dtype = DTYPES.get(str(types[0]).lower())
+            dtype = _dtype(types[0])
             if dtype is None:
                 raise TraceError(f"{at}: field 'args.Input type[0]': expected one of "
                                  + ", ".join(sorted(DTYPES)))
-            out, inp = Buffer(dtype, tuple(dims[0])), Buffer(dtype, tuple(dims[1]))
+            out, inp = _buffer(dtype, dims[0], at), _buffer(dtype, dims[1], at)
             return Call(pairs[op], group, (inp,), (out,),
                         reduce_op="sum" if pairs[op] in fmt.REDUCING else None, **times)
         skipped.append(f"rank {self.rank} traceEvents[{i}]: c10d.{op} (not read from profiler "
@@ -286,24 +328,45 @@ class _Rank:
         return None
 
 
-def _work_of(op: dict[str, Any], works: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The gloo event of an operator event (taken out of `works`): the first to start after
-    the call was issued with the call's input shape (gloo runs its works in issue order, on
-    its own threads; a reduce-scatter runs as its input's all-reduce)."""
-    args = op.get("args") if isinstance(op.get("args"), dict) else {}
-    dims = args.get("Input Dims")
-    name = op["name"]
-    if not isinstance(dims, list) or not dims:
-        return None
-    first = dims[1] if name in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_") \
-        and len(dims) > 1 else dims[0]
-    if name in ("c10d::allreduce_", "c10d::broadcast_") and isinstance(first, list) and first:
-        first = first[0]
-    for k, work in enumerate(works):
-        wargs = work.get("args") if isinstance(work.get("args"), dict) else {}
-        wdims = wargs.get("Input Dims")
-        if _ts(work) >= _ts(op) and isinstance(wdims, list) and wdims and wdims[0] == first:
-            return works.pop(k)
+class _Works:
+    """A rank's gloo events by their first input's shape, each shape's in the order they
+    started. An operator event takes the first of its input's shape that started after it
+    (gloo runs its works in issue order, on its own threads; a reduce-scatter runs as its
+    input's all-reduce). Operator events come in the order they started, so a work that
+    started before one is taken by no later one and is let go: each work is looked at once."""
+
+    def __init__(self, works: Iterable[dict[str, Any]]) -> None:
+        self.by_shape: dict[tuple[Any, ...], deque[dict[str, Any]]] = {}
+        for work in sorted(works, key=_ts):
+            wargs = work.get("args")
+            wdims = wargs.get("Input Dims") if isinstance(wargs, dict) else None
+            key = _shape_key(wdims[0]) if isinstance(wdims, list) and wdims else None
+            if key is not None:
+                self.by_shape.setdefault(key, deque()).append(work)
+
+    def take(self, op: dict[str, Any]) -> dict[str, Any] | None:
+        """The gloo event of the operator event `op`, taken out (None: none)."""
+        args = op.get("args") if isinstance(op.get("args"), dict) else {}
+        dims = args.get("Input Dims")
+        name = op["name"]
+        if not isinstance(dims, list) or not dims:
+            return None
+        first = dims[1] if name in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_") \
+            and len(dims) > 1 else dims[0]
+        if name in ("c10d::allreduce_", "c10d::broadcast_") and isinstance(first, list) \
+                and first:
+            first = first[0]
+        key = _shape_key(first)
+        queue = self.by_shape.get(key) if key is not None else None
+        while queue and _ts(queue[0]) < _ts(op):
+            queue.popleft()
+        return queue.popleft() if queue else None
+
+
+def _shape_key(dims: Any) -> tuple[Any, ...] | None:
+    """A shape as a dict key (None: not a list of sizes, paired with nothing)."""
+    if isinstance(dims, list) and all(isinstance(d, int) for d in dims):
+        return tuple(dims)
     return None
 
 
@@ -312,19 +375,38 @@ def _ts(e: dict[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def _microseconds(value: Any) -> bool:
+    # Compared, never converted: a 400-digit integer has no float; NaN compares false.
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and abs(value) <= MAX_MICROSECONDS)
+
+
 def _time(e: dict[str, Any], at: str) -> float:
     """The event's start in seconds (Chrome traces count microseconds)."""
     value = e.get("ts")
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        raise TraceError(f"{at}: field 'ts': expected microseconds")
+    if not _microseconds(value):
+        raise TraceError(f"{at}: field 'ts': expected microseconds, at most 10^17 in size")
     return value / 1e6
 
 
 def _duration(e: dict[str, Any], at: str) -> float:
     value = e.get("dur", 0)
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
-        raise TraceError(f"{at}: field 'dur': expected microseconds")
+    if not (_microseconds(value) and value >= 0):
+        raise TraceError(f"{at}: field 'dur': expected microseconds, 0 to 10^17")
     return value / 1e6
+
+
+def _dtype(name: Any) -> str | None:
+    """The trace format's dtype of a profiler's dtype name (None: not one)."""
+    return DTYPES.get(name.lower()) if isinstance(name, str) else None
+
+
+def _buffer(dtype: str, shape: list[int], at: str) -> Buffer:
+    """A tensor of `shape` (checked by _shapes), refused past the format's 1 PiB."""
+    buffer = Buffer(dtype, tuple(shape))
+    if buffer.nbytes > MAX_BUFFER_BYTES:
+        raise TraceError(f"{at}: field 'args.Input Dims': a tensor of more than 1 PiB")
+    return buffer
 
 
 def _shapes(value: Any) -> bool:
@@ -347,8 +429,11 @@ def _splits(value: Any) -> list[Any] | None:
 
 
 def _concrete(args: dict[str, Any], k: int) -> int | None:
+    """Concrete input `k`: an integer as the profiler writes it ("0"), else None."""
     values = args.get("Concrete Inputs")
-    try:
-        return int(values[k])
-    except (TypeError, ValueError, IndexError):
+    if not (isinstance(values, list) and len(values) > k):
         return None
+    value = values[k]
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+        value = int(value)
+    return value if index(value) else None

@@ -23,15 +23,22 @@ POINT_TO_POINT = ("send", "recv")  # the trace format's ops that are not collect
 _SEND, _RECV = -1, -2  # a call's kind in a Schedule: one of these, or its group's id
 
 
-def implied_wait(ops: Sequence[str], i: int, end: int) -> int | None:
-    """Where call `i` is waited when the program's own wait is not known, as an index below
-    `end` (None: at `end`): at once, but a point-to-point call together with its neighbours,
-    before the next collective, so that an exchange in which both ranks send first cannot
-    deadlock in a replay. The capture and the PARAM reader record it; the replay (step.py)
-    holds every point-to-point call's wait at least that late, whatever a trace says."""
-    if ops[i] in POINT_TO_POINT:
-        return next((j for j in range(i + 1, end) if ops[j] not in POINT_TO_POINT), None)
-    return i + 1 if i + 1 < end else None
+def implied_waits(ops: Sequence[str], ends: Sequence[int]) -> list[int | None]:
+    """Where each call `i` is waited when the program's own wait is not known, as an index
+    below `ends[i]` (None: at that end, its step's): at once, but a point-to-point call
+    together with its neighbours, before the next collective, so that an exchange in which
+    both ranks send first cannot deadlock in a replay. The capture and the PARAM reader record
+    it; the replay (step.py) holds every point-to-point call's wait at least that late,
+    whatever a trace says. One pass from the end: linear in the calls."""
+    n = len(ops)
+    found: list[int | None] = [None] * n
+    collective = n  # the first collective after call k
+    for k in range(n - 1, -1, -1):
+        at = collective if ops[k] in POINT_TO_POINT else k + 1
+        found[k] = at if at < ends[k] else None
+        if ops[k] not in POINT_TO_POINT:
+            collective = k
+    return found
 
 
 def due_points(ops: Sequence[str], waits: Sequence[int | None]) -> list[int]:

@@ -14,10 +14,11 @@ issues each call when the original did. Across a step boundary the gap is the st
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .schedule import due_points, implied_wait, waits_before
+from .schedule import due_points, implied_waits, waits_before
 from .trace import Call, Trace
 
 
@@ -25,22 +26,41 @@ def with_waits(calls: Sequence[Call]) -> list[Call]:
     """`calls` (one rank's, in order, with issue and completion times) with `wait_before`
     rebuilt: a call is waited before the first call the rank issued after it completed (a
     synchronous call: at once; an overlapped one: where the program had it done); one whose
-    completion is not known as trace.implied_wait says; one still out at its step's end
-    before the next step's first call."""
+    completion is not known as schedule.implied_waits says; one still out at its step's end
+    before the next step's first call. In time n log n in the calls at most (one pass from the
+    end, each completion looked up by bisection among the later issues)."""
     n = len(calls)
-    ops = [c.op for c in calls]
-    done = []
-    for i, c in enumerate(calls):
-        step_end = next((j for j in range(i + 1, n) if calls[j].step != c.step), n)
+    ends = [n] * n  # the index where each call's run of calls of its step ends
+    for i in range(n - 2, -1, -1):
+        ends[i] = ends[i + 1] if calls[i + 1].step == calls[i].step else i + 1
+    implied = implied_waits([c.op for c in calls], ends)
+    waits: list[int | None] = [None] * n
+    # The later calls of the step that were issued after every call between them and the one
+    # at hand: their issue times fall from the list's start to its end, so the first call
+    # issued at or after a moment is found by bisection (a call issued later than another but
+    # after it in the list can never be the first).
+    later: list[int] = []
+    keys: list[float] = []  # -issued of each of `later`: ascending, for bisect
+    for i in range(n - 1, -1, -1):
+        c = calls[i]
+        if i + 1 < n and ends[i] != ends[i + 1]:  # a new step's run: nothing later in it
+            later.clear()
+            keys.clear()
         if c.completed_s is not None:
-            wait = next((j for j in range(i + 1, step_end)
-                         if (calls[j].issued_s or 0.0) >= c.completed_s), None)
+            q = bisect_right(keys, -c.completed_s)
+            wait = later[q - 1] if q else None
         else:
-            wait = implied_wait(ops, i, step_end)
-        if wait is None and step_end < n:
-            wait = step_end
-        done.append(replace(c, wait_before=wait))
-    return done
+            wait = implied[i]
+        if wait is None and ends[i] < n:
+            wait = ends[i]
+        waits[i] = wait
+        issued = c.issued_s or 0.0
+        while keys and -keys[-1] <= issued:
+            later.pop()
+            keys.pop()
+        later.append(i)
+        keys.append(-issued)
+    return [replace(c, wait_before=w) for c, w in zip(calls, waits, strict=True)]
 
 
 def waits_at(calls: Sequence[Call]) -> list[list[int]]:
@@ -153,8 +173,10 @@ def rank_original(calls: Sequence[Call], spans: dict[int, tuple[float, float]] |
     if spans:
         return sum(b - a for a, b in spans.values())
     total = 0.0
-    for step in sorted({c.step for c in calls}):
-        mine = [c for c in calls if c.step == step]
+    by_step: dict[int, list[Call]] = {}
+    for c in calls:
+        by_step.setdefault(c.step, []).append(c)
+    for mine in by_step.values():
         starts = [c.issued_s for c in mine if c.issued_s is not None]
         if len(starts) < len(mine):
             return None
