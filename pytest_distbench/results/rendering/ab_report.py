@@ -6,11 +6,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 from ...units import size_cell
 from ..statistics.paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
 from ..statistics.stats import median
+from . import fit
 
 
 def _pct(fraction: float) -> str:
@@ -19,6 +18,10 @@ def _pct(fraction: float) -> str:
 
 def _bound(value: float) -> str:
     return "inf" if not math.isfinite(value) else f"{value:.3f}"
+
+
+# A space the fitted table keeps: "not gateable" wraps as one word, never over three lines.
+KEPT = "\u00a0"
 
 
 def verdict_cell(kind: str, gateable: bool) -> str:
@@ -42,11 +45,11 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
             f"{v.p_value:.2g}",
             _pct(v.detectable),
             str(v.rounds),
-            verdict_cell(v.kind, v.gateable),
+            verdict_cell(v.kind, v.gateable).replace(" gateable", KEPT + "gateable"),
         ])
-    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
-                     colalign=("left", "right", "right", "right", "right", "right", "right",
-                               "right", "left"))
+    table = fit.table(rows, headers, colalign=("left", "right", "right", "right", "right",
+                                               "right", "right", "right", "left")
+                      ).replace(KEPT, " ")
     kinds = [o.verdict.kind for o in outcomes]
     blind = sum(1 for o in outcomes if not o.verdict.gateable and o.verdict.kind != "regression")
     threshold = outcomes[0].verdict.threshold if outcomes else 0.0
@@ -64,4 +67,4 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
         f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; not gateable = "
         "detectable > threshold (more rounds or a larger budget would help)",
     ]
-    return "\n".join(lines) + "\n"
+    return fit.wrap_text("\n".join(lines)) + "\n"  # a terminal's 120 columns, the table's too
