@@ -321,13 +321,10 @@ def _compare(args: argparse.Namespace) -> int:
         if not comparison.fingerprint_differences:
             continue
         lead = "error" if args.strict else "WARNING"
-        print(
-            f"{PROG}: {lead}: {comparison.baseline_label} and {comparison.current_label} were "
-            "measured in different environments; differences may not come from code changes:",
-            file=sys.stderr,
-        )
+        _note(f"{PROG}: {lead}: {comparison.baseline_label} and {comparison.current_label} were "
+              "measured in different environments; differences may not come from code changes:")
         for line in comparison.fingerprint_differences:
-            print(f"  {line}", file=sys.stderr)
+            _note(f"  {line}", indent="    ")
         if args.strict:
             status = EXIT_FAILED
 
@@ -335,7 +332,7 @@ def _compare(args: argparse.Namespace) -> int:
         speed = speed_difference(docs[0]["distbench"]["environment"],
                                  doc["distbench"]["environment"])
         if speed:
-            print(f"{PROG}: WARNING: {label}: {speed}", file=sys.stderr)
+            _note(f"{PROG}: WARNING: {label}: {speed}")
 
     if args.fail_on_regression:
         regressed = [(c.current_label, v) for c in comparisons for v in c.regressions]
@@ -412,6 +409,15 @@ def _export(args: argparse.Namespace) -> int:
     for line in _export_notes(done, args.format, len(docs[0]["benchmarks"])):
         print(f"{PROG}: export: {line}", file=sys.stderr)
     return EXIT_OK
+
+
+def _note(line: str, indent: str = "  ") -> None:
+    """A line on stderr, wrapped to a terminal's 120 columns (the machine-speed warning was
+    200 wide)."""
+    from .results.rendering.fit import wrap
+
+    for part in wrap(line, indent=indent):
+        print(part, file=sys.stderr)
 
 
 def _export_notes(done: export.Export, fmt: str, total: int) -> list[str]:

@@ -383,3 +383,20 @@ def test_a_signal_while_a_plot_is_written_is_one_line_and_leaves_no_temporary_fi
     assert done.stderr == (f"pytest-distbench: error: interrupted ({name}): each file written "
                            "is whole, no temporary file is left\n")
     assert [p.name for p in out.iterdir()] == []
+
+
+def test_a_machine_that_changed_speed_is_said_within_120_columns(files, capsys, tmp_path):
+    """The machine-speed warning (and the environment's) wraps to a terminal: it was 200
+    characters on one line."""
+    doc = json.loads(files["cur"].read_text())
+    doc["distbench"]["environment"]["cpu_probe_s"] = [0.003, 0.003]
+    slow = json.loads(files["cur"].read_text())
+    slow["distbench"]["environment"]["cpu_probe_s"] = [0.0066, 0.0066]
+    a, b = tmp_path / "fast-machine-session.json", tmp_path / "slow-machine-session.json"
+    a.write_text(json.dumps(doc))
+    b.write_text(json.dumps(slow))
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    err = capsys.readouterr().err
+    said = " ".join(err.split())
+    assert "the machine itself slowed down, so verdicts may not come from the code" in said
+    assert "2.20x" in said and max(map(len, err.splitlines())) <= 120, err
