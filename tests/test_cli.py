@@ -20,7 +20,7 @@ from tables import read_table
 
 from pytest_distbench import cli
 from pytest_distbench.results.document import history, make_document, write_document
-from pytest_distbench.results.document.io import MAX_RESULTS_BYTES
+from pytest_distbench.results.document.io import MAX_RESULTS_BYTES, MAX_RESULTS_VALUES
 
 # One xdist worker runs the module (--dist=loadgroup, pyproject.toml): its module fixture
 # (every CLI process started together, 8 s) would run again in each worker.
@@ -95,6 +95,19 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["huge"] = d / "huge.json"
     with open(out["huge"], "wb") as f:
         f.truncate(MAX_RESULTS_BYTES + 1)
+    # Under the byte limit, but of a shape whose parsing builds far more than the file
+    # (issue 54 item 2): 50 MB of empty objects (a 544 MiB file of 16M samples, under the
+    # limit then, was OOM-killed in compare); text whose one character past U+FFFF makes
+    # every other take 4 bytes.
+    text = out["base"].read_text()
+    out["dense"] = d / "dense.json"
+    with open(out["dense"], "w") as f:
+        f.write(text[:text.rindex("}")] + ', "padding": [' + "{}," * (MAX_RESULTS_VALUES // 2)
+                + "{}]}")
+    out["wide"] = d / "wide.json"
+    with open(out["wide"], "w", encoding="utf-8") as f:
+        f.write(text[:text.rindex("}")] + ', "padding": "\U0001f600'
+                + "x" * (MAX_RESULTS_BYTES // 4) + '"}')
     return out
 
 
@@ -111,10 +124,12 @@ RUNS = {
     "device": ["base", "device"],
     "fifo": ["fifo", "cur"],
     "huge": ["base", "huge"],
+    "dense": ["dense", "cur"],
+    "wide": ["base", "wide"],
 }
 # Runs that would hold the machine's memory or wait forever if the reader trusted its input:
 # capped, so a regression fails this test instead of the machine.
-HOSTILE = {"device", "fifo", "huge"}
+HOSTILE = {"device", "fifo", "huge", "dense", "wide"}
 
 
 def _capped_memory() -> None:
@@ -246,6 +261,11 @@ def test_json_output_and_threshold_option(runs):
         ("device", "/dev/zero", "is a character device, not a results file"),
         ("fifo", "pipe.json", "is a FIFO, not a results file"),
         ("huge", "huge.json", "the most a results file may be"),
+        ("dense", "dense.json", "holds more than 33,554,432 JSON values (counted by their "
+         "commas, colons and opening brackets), the most a results file may hold "
+         "(docs/results-schema.md); not parsed"),
+        ("wide", "wide.json", "holds characters taking 4 bytes each as text: at most 128 MiB "
+         "of such a file is read"),
     ],
 )
 def test_bad_input_is_one_clear_line(runs, key, file, message):

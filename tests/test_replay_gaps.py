@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replay_traces import edit_json
 
@@ -317,3 +317,105 @@ def test_a_replay_puts_the_gaps_back_at_three_ranks_and_says_how(pytester, distb
         "# gaps between the calls: cpu: 64 x 64 float32 matrix products until the gap's time *",
         "*100 ms per iteration in the busiest rank",
         "# original: the captured steps, slowest rank, from the step spans"])
+
+
+# -- gaps that cannot fit in the test's timeout -----------------------------------------------
+
+def gapped_trace(gap_s: float, world: int = 2) -> Trace:
+    """timed_trace's, with rank 1's call 3 (step 2) issued `gap_s` later: its gap before it."""
+    t = timed_trace(world, gap=0.001)
+    t.name = "gapped"
+    calls = t.calls[1]
+    late = lambda v: None if v is None else v + gap_s  # noqa: E731
+    t.calls[1] = timeline.with_waits(
+        calls[:3] + [Call(**{**c.__dict__, "issued_s": late(c.issued_s),
+                             "returned_s": late(c.returned_s),
+                             "completed_s": late(c.completed_s)}) for c in calls[3:]])
+    start, end = t.spans[1][2]
+    t.spans[1][2] = (start, end + gap_s)
+    return t
+
+
+def test_gaps_past_the_timeout_are_refused_naming_rank_step_and_call():
+    t = gapped_trace(36000.0)
+    times = [timeline.RankTimes.of(t.calls[r], t.spans[r]) for r in range(2)]
+    assert times[1].longest == (pytest.approx(36000.0), "before its call 3 (all_reduce) in "
+                                "step 2")
+    said = timeline.overrun(times, 6, 300.0)
+    assert said == (
+        "rank 1's gaps last 36,000 s a replay; the longest, 36,000 s, before its call 3 "
+        "(all_reduce) in step 2; the test replays the trace at least 6 time(s), 216,000 s, "
+        "past --distbench-timeout (300 s): it could not finish. Replay without the gaps "
+        "(--distbench-replay-gaps=off) or give it a longer timeout")
+    # A replay whose gaps alone fit (the calls may still not: that is a hang's to report).
+    assert timeline.overrun(times, 6, 7 * 24 * 3600.0) is None
+    short = timed_trace(2, gap=0.02)
+    assert timeline.overrun([timeline.RankTimes.of(short.calls[r], short.spans[r])
+                             for r in range(2)], 6, 300.0) is None
+
+
+@pytest.fixture
+def one_rank_world(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+@settings(deadline=None, max_examples=40,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 6), st.one_of(st.none(), st.integers(1, 12)), st.integers(1, 40),
+       st.sampled_from([None, 1e-3]), st.sampled_from([1e-7, 0.01]))
+def test_measure_calls_a_function_at_least_its_fewest_calls(one_rank_world, warmup,
+                                                             iterations, min_iterations,
+                                                             duration, budget):
+    """The floor the replay checks its gaps against, for every way a test is timed (a fixed
+    count, a budget, a duration): the real loop calls the function at least that often, and
+    exactly that often where a budget is spent by the first iterations."""
+    import torch
+
+    from pytest_distbench.harness.ranks.measure import Distbench, fewest_calls
+    from pytest_distbench.harness.wire import MeasureSettings
+
+    s = MeasureSettings(warmup=warmup, iterations=iterations, min_iterations=min_iterations,
+                        max_iterations=10_000, budget_s=budget, dtype="float32",
+                        duration_s=duration, precision=None)
+    bench = Distbench(rank=0, world_size=1, backend="gloo", device=torch.device("cpu"),
+                      group=one_rank_world, control_group=one_rank_world, settings=s)
+    calls = []
+    bench.measure(lambda: calls.append(1), nbytes=4)
+    assert len(calls) >= fewest_calls(s) == bench.fewest_calls()
+    if iterations is None and duration is None and budget < 1e-6:
+        assert len(calls) == fewest_calls(s)
+
+
+def test_a_session_refuses_gaps_past_its_timeout_in_one_line_before_running_any(
+        pytester, distbench_run):
+    """A 10-hour gap was replayed until the timeout and reported as a hang; one of 1e11 s
+    (under the format's bound of 10^12) failed every rank with OverflowError in time.sleep.
+    Both are refused at once, naming the rank, the step and the call."""
+    for name, gap in (("hours", 36000.0), ("ages", 1e11)):
+        t = gapped_trace(gap)
+        t.name = name
+        fmt.write(t, pytester.path / "traces" / name)
+    result = distbench_run("--distbench", "--world-size=2",
+                           f"--distbench-replay={pytester.path / 'traces'}",
+                           "--distbench-replay-gaps=idle", "--distbench-iterations=3",
+                           "--distbench-warmup=1", "--distbench-revisits=0",
+                           "--distbench-timeout=60s")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*Failed: trace ages: rank 1's gaps last 100,000,000,000 s a replay; the longest, "
+        "100,000,000,000 s, before its call 3 (all_reduce) in step 2; the test replays the "
+        "trace at least 4 time(s), 400,000,000,000 s, past --distbench-timeout (60.0 s): it "
+        "could not finish.*"])
+    result.stdout.fnmatch_lines([
+        "*Failed: trace hours: rank 1's gaps last 36,000 s a replay; the longest, 36,000 s, "
+        "before its call 3 (all_reduce) in step 2; the test replays the trace at least 4 "
+        "time(s), 144,000 s, past --distbench-timeout (60.0 s): it could not finish.*"])
+    assert "OverflowError" not in result.stdout.str() and "timed out" not in result.stdout.str()
+    assert "Traceback" not in result.stdout.str()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from launching import free_port
+from leaks import is_running, processes_with_tag
 from replay_traces import edit_json, param_trace
 
 from pytest_distbench.families.replay import fields as fmt_fields
@@ -730,6 +732,109 @@ def test_a_second_capture_into_a_claimed_directory_is_refused_and_lands_nothing(
     assert "wrote same: 1 rank" in out
     assert sorted(p.name for p in (tmp_path / "same").iterdir()) == [
         "manifest.json", "rank0.json"]
+
+
+# A program that sleeps `argv[1]` s after its process group is up, then runs `argv[2]` steps.
+SLEEPER = textwrap.dedent("""
+    import sys, time, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1)
+    time.sleep(float(sys.argv[1]))
+    for _ in range(int(sys.argv[2])):
+        dist.all_reduce(w.data)
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+def _started(cli_args: list[str], cwd: Path, output: int = subprocess.PIPE,
+             env: dict[str, str] | None = None) -> subprocess.Popen:
+    cli = Path(sys.executable).with_name("pytest-distbench")
+    return subprocess.Popen([str(cli), "capture", *cli_args], cwd=cwd, stdout=output,
+                            stderr=output, text=True, env={**os.environ, **(env or {})})
+
+
+def _until_capturing(claim: Path, ranks: int, command: subprocess.Popen) -> None:
+    """Until `ranks` ranks have noted in the claim file that they capture."""
+    deadline = time.monotonic() + 120
+    while not (claim.exists() and claim.read_text().count("capturing") >= ranks):
+        assert time.monotonic() < deadline and command.poll() is None
+        time.sleep(0.05)
+
+
+# Extended (two torchrun launches): a capture stopped by SIGTERM left its torchrun and ranks
+# running; they wrote into the directory later, and the next capture there printed "wrote
+# t: 2 ranks, steps [8]" for its own 3-rank, 1-step launch.
+@pytest.mark.extended
+def test_a_capture_stopped_by_sigterm_stops_its_launch_and_the_next_one_is_its_own(
+        tmp_path, leak_tag):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    first = _started(["--out", "t", "--", *_torchrun(2, "sleeper.py", "8", "9")], tmp_path)
+    try:
+        _until_capturing(tmp_path / "t" / ".capture-claim", 2, first)
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith(
+        "pytest-distbench: error: capture: stopped by SIGTERM: the launch was stopped (it "
+        "exited "), err[-2000:]
+    assert processes_with_tag(leak_tag) == [] and not (tmp_path / "t").exists()
+    done = _capture(tmp_path, "--out", "t", "--", *_torchrun(3, "sleeper.py", "0", "1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote t: 3 ranks, steps [0], 3 calls" in done.stdout
+    time.sleep(1)  # nothing of the first's lands later
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "manifest.json", "rank0.json", "rank1.json", "rank2.json"]
+
+
+@pytest.mark.extended
+def test_a_capture_killed_outright_takes_its_launch_with_it(tmp_path, leak_tag):
+    # SIGKILL (the OOM killer): torchrun and its ranks, each in a session of its own, ran on.
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    # No pipes: the launch would hold them open, and reading them wait for its end.
+    command = _started(["--out", "t", "--", *_torchrun(2, "sleeper.py", "60", "1")], tmp_path,
+                       output=subprocess.DEVNULL)
+    try:
+        _until_capturing(tmp_path / "t" / ".capture-claim", 2, command)
+        assert len(processes_with_tag(leak_tag)) >= 4  # the command, torchrun, its 2 ranks
+    finally:
+        command.kill()
+        command.wait()
+    deadline = time.monotonic() + 5
+    while processes_with_tag(leak_tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in processes_with_tag(leak_tag) if is_running(pid)] == []
+
+
+@pytest.mark.extended
+def test_a_rank_that_outlives_its_killed_capture_writes_nothing_into_the_next(tmp_path,
+                                                                              leak_tag):
+    """A rank out of the command's reach (a shell between them outlives the command) once
+    wrote its trace into the directory a later capture had claimed since; that capture
+    then printed the other's trace as its own. It now writes nothing: the claim it was
+    launched under is gone."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    one_rank = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    stale = _started(["--out", "t", "--", "sh", "-c", f"{sys.executable} sleeper.py 2 3; true"],
+                     tmp_path, output=subprocess.DEVNULL,
+                     env={**one_rank, "MASTER_PORT": str(free_port())})
+    try:
+        _until_capturing(tmp_path / "t" / ".capture-claim", 1, stale)
+    finally:
+        stale.kill()
+        stale.wait()
+    # The directory, left with only the dead command's claim file, is taken by the next
+    # capture, whose rank starts capturing after the stale one has ended its steps.
+    done = _capture(tmp_path, "--out", "t", "--", sys.executable, "-c",
+                    "import time; time.sleep(4); exec(open('sleeper.py').read())", "0", "1",
+                    env={**one_rank, "MASTER_PORT": str(free_port())})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote t: 1 ranks, steps [0], 1 calls" in done.stdout, done.stdout
+    assert read(tmp_path / "t").steps == [0]
 
 
 @pytest.mark.parametrize("where, expected", [

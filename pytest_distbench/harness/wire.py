@@ -84,6 +84,9 @@ class MeasureSettings:
     dtype: str
     # A duration-bound timed region instead of a count/budget.
     duration_s: float | None = _setting("duration", default=None)
+    # The test's --distbench-timeout: what a family whose iterations have a known floor (a
+    # replay's gaps) checks them against before it starts. None: not known (no session).
+    timeout_s: float | None = _setting("timeout", default=None)
     # A budget-bound run stops once its p50's 95 % interval is this narrow (half-width over
     # p50) in every rank; None: it spends its budget.
     precision: float | None = None

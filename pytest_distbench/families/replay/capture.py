@@ -27,7 +27,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +77,14 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
     optimizer.step() or at .step(). Every rank of the world must enter and leave it."""
 
     def __init__(self, out: str | os.PathLike[str], steps: Iterable[int] | None = None,
-                 name: str | None = None, quiet: bool = False) -> None:
+                 name: str | None = None, quiet: bool = False,
+                 refused: Callable[[], str | None] | None = None) -> None:
+        """`refused`: asked in every rank just before the trace is written, why this rank may
+        not write it (None: it may); if any rank says why, none writes (the capture command's
+        claim on `out`, launched.py)."""
         self.out = Path(out)
         self.quiet = quiet
+        self._refused = refused
         self.reason: str | None = None
         self.steps = None if steps is None else sorted(set(steps))
         self.name = name
@@ -237,9 +242,13 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
         with self._lock:
             pending, skipped = list(self._pending), list(self._skipped)
         mine = sorted({p.ranks for p in pending if p.ranks != tuple(range(world))})
+        refusal = self._refused() if self._refused is not None else None
         gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, (mine, skipped, len(pending)))
-        if not any(count for _, _, count in gathered):
+        dist.all_gather_object(gathered, (mine, skipped, len(pending), refusal))
+        refusal = next((why for *_, why in gathered if why), None)
+        if refusal:  # the directory is not this capture's to write in (nor to remove)
+            return f"nothing written to {self.out}: {refusal}"
+        if not any(count for _, _, count, _ in gathered):
             # A trace of no call replays as nothing and blocks the next capture there.
             if rank == 0:
                 self._remove_created()
@@ -247,7 +256,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
             return (f"no call recorded in {asked} (the program ended {self.step_index} "
                     f"step(s)); nothing written to {self.out}")
         groups = {0: tuple(range(world))}
-        for ranks in sorted({g for theirs, _, _ in gathered for g in theirs}):
+        for ranks in sorted({g for theirs, *_ in gathered for g in theirs}):
             groups[len(groups)] = ranks
         ids = {ranks: g for g, ranks in groups.items()}
         calls = with_waits([fmt.Call(**p.call, group=ids[p.ranks], completed_s=p.completed_s)
@@ -267,7 +276,7 @@ class capture:  # noqa: N801 - used as a context manager, named as torch's are
                 calls={}, backend=str(backend), device=device,
                 steps=self.steps if self.steps is not None else list(range(self.step_index)),
                 source=f"pytest_distbench.capture, torch {torch.__version__}",
-                skipped=[s for _, theirs, _ in gathered for s in theirs]))
+                skipped=[s for _, theirs, *_ in gathered for s in theirs]))
         return None
 
 

@@ -5,27 +5,38 @@ Chrome traces of a run turned into the trace (profiler.py).
 
 The command claims DIR before anything runs: it makes it (or takes an empty one) and holds an
 flock on a claim file there for the whole launch, so a second capture into DIR is refused
-rather than mixed into the first. A launch that writes no trace leaves nothing behind."""
+rather than mixed into the first. A launch that writes no trace leaves nothing behind.
+
+SIGINT, SIGTERM or SIGHUP to the command is passed to the launch, which is waited for (a
+second signal, or STOP_GRACE_S, kills it); then what it wrote is removed and the command
+exits 128 + the signal. Killed outright, the command takes the launch with it (each Python
+process of the launch dies with its parent: boot/) and the ranks write nothing once its
+claim is gone (launched.py)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import profiler
 from . import trace as fmt
-from .launched import CAPTURING, NOTES, OUT, STEPS
+from .launched import CAPTURING, NOTES, OUT, STEPS, TOKEN
 from .reading import read
 from .timeline import with_waits
 
 BOOT = Path(__file__).with_name("boot")
+# How long a stopped launch is given to end (torchrun gives its ranks 30 s after SIGTERM).
+STOP_GRACE_S = 60.0
 # A Python interpreter's options that keep the capture hook (boot/, on PYTHONPATH) from
 # loading: -I (isolated), -E (no PYTHON* variables), -S (no site, so no sitecustomize).
 _PYTHON = re.compile(r"python[0-9.]*$")
@@ -38,19 +49,32 @@ class Refused(Exception):
 
 def run(out: str, steps: Sequence[int] | None, launch: Sequence[str]) -> tuple[int, str]:
     """Run `launch` capturing into `out`: (exit code, one line saying what was written)."""
+    with _Stops() as stops:
+        return _run(out, steps, launch, stops)
+
+
+def _run(out: str, steps: Sequence[int] | None, launch: Sequence[str], stops: _Stops
+         ) -> tuple[int, str]:
+    token = secrets.token_hex(16)
     try:
-        claim, created = _claim(Path(out))
+        claim, created = _claim(Path(out), token)
     except Refused as e:
         return 2, str(e)
     env = dict(os.environ)
     env[OUT] = str(Path(out).resolve())
+    env[TOKEN] = token
     if steps:
         env[STEPS] = ",".join(str(s) for s in steps)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(BOOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     written = False
     try:
-        code = _wait(launch, env)
+        if stops.signum is not None:  # while claiming: the launch is not started
+            return stops.stopped(f"the launch was not started; nothing written in {out}")
+        code = stops.wait(launch, env)
+        if stops.signum is not None:  # what the launch wrote by then is no trace
+            return stops.stopped(f"the launch was stopped (it exited {code}); nothing kept "
+                                 f"in {out}")
         if not (Path(out) / fmt.MANIFEST).exists():
             return code or 1, f"no trace written in {out} ({_why_none(out, code, launch)})"
         trace = read(out)
@@ -141,9 +165,9 @@ def _wrote(out: str, trace: fmt.Trace) -> str:
                if trace.skipped else ""))
 
 
-def _claim(out: Path) -> tuple[int, bool]:
-    """Make `out` (or take it empty) and lock it for this capture: (the claim's fd, whether
-    the directory was made here)."""
+def _claim(out: Path, token: str) -> tuple[int, bool]:
+    """Make `out` (or take it empty) and lock it for this capture, its claim file holding
+    `token` (launched.py): (the claim's fd, whether the directory was made here)."""
     try:
         fmt.refuse_existing(out, create=False)
     except fmt.TraceError as e:
@@ -167,6 +191,7 @@ def _claim(out: Path) -> tuple[int, bool]:
                       if len(others) > 1 else "") + " (an earlier capture's?); give an empty "
                       "or new directory")
     os.ftruncate(fd, 0)  # notes of a killed capture's are not this one's
+    os.write(fd, f"{token}\n".encode())
     return fd, created
 
 
@@ -193,7 +218,7 @@ def _release(out: Path, fd: int, created: bool, keep: bool) -> None:
 def _why_none(out: str, code: int, launch: Sequence[str]) -> str:
     """Why the launch wrote no trace, from its exit and the ranks' notes."""
     try:
-        notes = (Path(out) / NOTES).read_text(errors="replace").splitlines()
+        notes = (Path(out) / NOTES).read_text(errors="replace").splitlines()[1:]  # the token
     except OSError:
         notes = []
     said = [line for line in notes if not line.endswith(CAPTURING)]
@@ -220,10 +245,62 @@ def _options(args: Sequence[str]) -> list[str]:
     return found
 
 
-def _wait(launch: Sequence[str], env: dict[str, str]) -> int:
-    process = subprocess.Popen(list(launch), env=env)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:  # the launch got the same Ctrl-C: let it stop its ranks
-        process.send_signal(signal.SIGINT)
-        return process.wait()
+class _Stops:
+    """SIGINT, SIGTERM and SIGHUP while a capture runs: each passed to the launch, which is
+    then waited for; a second one, or STOP_GRACE_S without an end, kills it (SIGKILL). Outside
+    the launch (claiming the directory, reading the trace) a signal is only noted: the command
+    finishes what it does, removes what the launch wrote, and exits as stopped."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._process: subprocess.Popen | None = None
+        self._waiting = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stops:
+        if threading.current_thread() is threading.main_thread():  # where handlers can be set
+            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            process = self._process
+            if self._waiting and process is not None and process.returncode is None:
+                raise _Stopped  # out of the blocking wait, to pass the signal on
+        elif self._process is not None and self._process.poll() is None:
+            self._process.kill()  # asked again: no more grace
+
+    def stopped(self, what: str) -> tuple[int, str]:
+        """The command's exit code and line once stopped by a signal: 128 + its number."""
+        assert self.signum is not None
+        return 128 + self.signum, f"stopped by {signal.Signals(self.signum).name}: {what}"
+
+    def wait(self, launch: Sequence[str], env: dict[str, str]) -> int:
+        """Run `launch` to its end; its exit code (-N: it died of signal N)."""
+        self._process = process = subprocess.Popen(list(launch), env=env)
+        if self.signum is None:
+            try:
+                self._waiting = True
+                return process.wait()
+            except _Stopped:
+                pass
+            finally:
+                self._waiting = False
+        assert self.signum is not None
+        process.send_signal(self.signum)
+        try:
+            return process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+
+class _Stopped(BaseException):
+    """Raised by a signal's handler out of the wait for the launch (never past _Stops.wait)."""

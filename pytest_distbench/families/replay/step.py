@@ -117,6 +117,12 @@ def replay(distbench: Any, trace: Trace | str | os.PathLike[str], *,
     times: list[timeline.RankTimes] = everyone[:trace.world_size]
     why_none = "off" if mode == "off" else next(
         (t.gaps for t in times if isinstance(t.gaps, str)), "")
+    # Gaps that alone outlast the test's timeout (a 10-hour one, a 1e11 s one past what a
+    # sleep takes) are refused before any is run: the same verdict in every rank.
+    problem = None if why_none or distbench.timeout_s is None else timeline.overrun(
+        times, distbench.fewest_calls(), distbench.timeout_s)
+    if problem:
+        pytest.fail(f"trace {shown}: {problem}", pytrace=False)
     work = gapwork.worker("off" if why_none else mode, distbench.device,
                           lambda: dist.barrier(group=distbench.group))
     groups = _Groups(distbench, trace)

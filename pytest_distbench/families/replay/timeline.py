@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ...units import format_figure
 from .schedule import due_points, implied_waits, waits_before
 from .trace import Call, Trace
 
@@ -197,16 +198,52 @@ def original_step(trace: Trace) -> tuple[float, str] | None:
     return max(p for p in per_rank if p is not None), how
 
 
+def longest_gap(calls: Sequence[Call], gaps: Gaps) -> tuple[float, str] | None:
+    """A rank's longest gap and where it is ("before its call 7 (all_reduce) in step 2"), for
+    a refusal to name; None: no gap."""
+    if not calls:
+        return None
+    i = max(range(len(gaps.before)), key=gaps.before.__getitem__)
+    if gaps.after > gaps.before[i]:
+        return gaps.after, f"after its last call, to the end of step {calls[-1].step}"
+    return gaps.before[i], f"before its call {i} ({calls[i].op}) in step {calls[i].step}"
+
+
 @dataclass(frozen=True)
 class RankTimes:
     """What one rank's times say, for the others (each rank reads what its own calls say):
-    its gaps (or why none), its original time (None: unknown), whether from step spans."""
+    its gaps (or why none), its original time (None: unknown), whether from step spans, and
+    its longest gap and where it is (longest_gap)."""
 
     gaps: Gaps | str
     original: float | None
     spanned: bool
+    longest: tuple[float, str] | None = None
 
     @classmethod
     def of(cls, calls: Sequence[Call], spans: dict[int, tuple[float, float]] | None
            ) -> RankTimes:
-        return cls(rank_gaps(calls, spans), rank_original(calls, spans), bool(spans))
+        gaps = rank_gaps(calls, spans)
+        return cls(gaps, rank_original(calls, spans), bool(spans),
+                   longest_gap(calls, gaps) if isinstance(gaps, Gaps) else None)
+
+
+def overrun(times: Sequence[RankTimes], replays: int, timeout_s: float) -> str | None:
+    """Why `replays` replays cannot finish within `timeout_s` on their gaps alone (None: they
+    might): the busiest rank's gaps of one replay, times the replays, reach the timeout."""
+    spans = [(t.gaps.total, r) for r, t in enumerate(times) if isinstance(t.gaps, Gaps)]
+    if not spans:
+        return None
+    total, rank = max(spans)
+    if total * replays < timeout_s:
+        return None
+    longest = times[rank].longest
+    where = f"; the longest, {_seconds(longest[0])}, {longest[1]}" if longest else ""
+    return (f"rank {rank}'s gaps last {_seconds(total)} a replay{where}; the test replays the "
+            f"trace at least {replays} time(s), {_seconds(total * replays)}, past "
+            f"--distbench-timeout ({_seconds(timeout_s)}): it could not finish. Replay without "
+            "the gaps (--distbench-replay-gaps=off) or give it a longer timeout")
+
+
+def _seconds(value: float) -> str:
+    return f"{format_figure(value, 3)} s"

@@ -334,6 +334,15 @@ class Distbench:
                         "measured call in a CUDA graph (their reason is in their output)")
         return launch
 
+    @property
+    def timeout_s(self) -> float | None:
+        """The test's --distbench-timeout (None outside a session)."""
+        return self._settings.timeout_s
+
+    def fewest_calls(self) -> int:
+        """The fewest times `measure` calls its function in this test (fewest_calls)."""
+        return fewest_calls(self._settings)
+
     def repeats_within(self, fn: Callable[[], Any], most: int) -> int:
         """How many back-to-back calls of `fn` one timed iteration should make: `most`, or
         fewer where a budget-bound run could not fit --distbench-min-iterations such
@@ -588,6 +597,20 @@ class _Iterations:
 
     def __len__(self) -> int:
         return len(self._samples) * self._batch
+
+
+def fewest_calls(s: MeasureSettings) -> int:
+    """The fewest times `measure` calls its function under `s`, in every timing mode: the
+    warm-up (a budget-bound run's stops at a share of its budget, but after its first call;
+    a budget- or duration-bound run without one times one call to size its iterations) and
+    the timed iterations (a fixed count; a budget-bound run's at least
+    min(--distbench-min-iterations, MIN_INTERVAL_SAMPLES); a duration-bound run's at least
+    one). A CUDA batch holds one call or more."""
+    if s.duration_s is not None:
+        return max(s.warmup, 1) + 1
+    if s.iterations is not None:
+        return s.warmup + s.iterations
+    return 1 + min(s.min_iterations, MIN_INTERVAL_SAMPLES)
 
 
 def _precise_median(samples: Sequence[float], precision: float) -> bool:

@@ -28,10 +28,15 @@ from ...units import format_size
 from . import nccl_tests
 from .schema import SchemaError, is_number, validate_document
 
-# The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
-# times the file in memory; 3 million samples in all (one duration-mode record's most) take
-# about 270 MiB, so a few such records still fit.
-MAX_RESULTS_BYTES = 2**30
+# The largest results file read, and the most JSON values parsed from it (docs/results-schema.md,
+# "Validation"): a bound on what parsing builds, whatever the file's shape. 3 million samples
+# (one duration-mode record's most) at 2 ranks are 12 million values in about 260 MiB (5 ranks
+# fit); a benchmark of 30 samples at 2 ranks, 292 values in 5.5 KB (95,000 fit). A value costs
+# 32 to 67 bytes once parsed (a float in a list; an object of one key), the text 1 byte a
+# character (parse_problem keeps wider text to as many bytes), so what a file at the bounds
+# may take is bounded: docs/failure-model.md states it, measured.
+MAX_RESULTS_BYTES = 2**29
+MAX_RESULTS_VALUES = 2**25
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 # Opening a FIFO must neither wait for the other end nor leak into children (POSIX only).
 _OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -351,13 +356,16 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a results file, or nccl-tests' JSON as one (nccl_tests.py); any
     problem is a ResultsFileError naming file and field."""
     raw = _read_bounded(path)
-
+    problem = parse_problem(raw, MAX_RESULTS_VALUES, MAX_RESULTS_BYTES, "a results file")
+    if problem:
+        raise ResultsFileError(path, f"{problem} (docs/results-schema.md); not parsed")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ResultsFileError(
             path, f"not a pytest-distbench results file (not UTF-8 text, byte {exc.start})"
         ) from None
+    raw = b""  # the text is what is parsed: not both held while it is
 
     try:
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
@@ -442,6 +450,29 @@ def read_regular_file(path: str | os.PathLike[str], limit: int, what: str, *,
         raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def parse_problem(raw: bytes, max_values: int, max_text: int, what: str) -> str | None:
+    """Why parsing `raw` as JSON could build more than the bounds allow, found before it
+    starts (None: it cannot): more than `max_values` values, or text taking more than
+    `max_text` bytes once decoded. Every value but the first follows a `[`, `{`, `,` or `:`
+    (keys counted too; one inside a string as well: an upper bound), counted in C; the text
+    takes 1, 2 or 4 bytes a character, as its widest character (Python's strings) says."""
+    values = raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{")
+    if values > max_values:
+        return (f"holds more than {max_values:,} JSON values (counted by their commas, colons "
+                f"and opening brackets), the most {what} may hold")
+    width = 1 if raw.isascii() else 4 if _ASTRAL.search(raw) else 2 if _WIDE.search(raw) else 1
+    if len(raw) * width > max_text:
+        return (f"holds characters taking {width} bytes each as text: at most "
+                f"{format_size(max_text // width)} of such a file is read")
+    return None
+
+
+# UTF-8 lead bytes of characters past U+FFFF (4 bytes a character in a Python string), and of
+# characters past U+00FF (2 bytes).
+_ASTRAL = re.compile(rb"[\xf0-\xf4]")
+_WIDE = re.compile(rb"[\xc4-\xef]")
 
 
 class _NonFinite(ValueError):

@@ -10,6 +10,7 @@ only for changes an older reader would misread.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from .fields import (
@@ -221,21 +222,34 @@ def check_values(doc: dict[str, Any], what: str = _NOT_OURS) -> None:
     parsed JSON a reader turns into a document goes through here first (`what` is what a
     document nested too deeply is not).
 
-    Iterative, so a hostile file cannot turn the check itself into a RecursionError; a path is
-    spelled out only for the value found wrong."""
-    stack: list[tuple[Any, int, Any]] = [(doc, 0, None)]
+    Iterative, so a hostile file cannot turn the check itself into a RecursionError, and
+    depth first, one iterator per level open, so what it holds is bounded by the depth, not
+    by the values (a stack of every container met held 1.8 GiB for a file of 11 million
+    objects); a path is spelled out only for the value found wrong."""
+    stack: list[tuple[Any, Any]] = [(_entries(doc, None), None)]
     while stack:
-        value, depth, where = stack.pop()
-        if depth > MAX_DEPTH:
-            raise SchemaError("", f"{what} (nested more than {MAX_DEPTH} levels deep)")
-        if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
-            raise SchemaError(_path(where), "keys must be strings (JSON object keys)")
-        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+        entries, where = stack[-1]
+        for key, item in entries:
             if isinstance(item, (dict, list)):
-                stack.append((item, depth + 1, (where, key)))
-            elif is_int(item) and abs(item) > MAX_INT:
+                inner = (where, key)
+                if len(stack) > MAX_DEPTH:  # the child is at depth len(stack)
+                    raise SchemaError("", f"{what} (nested more than {MAX_DEPTH} levels deep)")
+                stack.append((_entries(item, inner), inner))
+                break
+            if is_int(item) and abs(item) > MAX_INT:
                 raise SchemaError(_path((where, key)),
                                   f"integer {short(item)} is out of range (beyond 2**63 - 1)")
+        else:
+            stack.pop()
+
+
+def _entries(value: dict[str, Any] | list[Any], where: Any) -> Iterator[tuple[Any, Any]]:
+    """(key, item) of an object, (index, item) of a list; an object's keys must be strings."""
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise SchemaError(_path(where), "keys must be strings (JSON object keys)")
+        return iter(value.items())
+    return enumerate(value)
 
 
 def _path(where: Any) -> str:

@@ -4,6 +4,11 @@ launch runs it, and a process that initializes a process group starts capturing 
 Nothing is imported here but the standard library: the launcher's own processes (torchrun's
 agent) never load torch because of it. An import hook waits for torch.distributed's c10d
 module and wraps init_process_group / destroy_process_group once it has loaded.
+
+Every such process also dies with the process that started it (Linux's parent-death signal,
+SIGKILL): the launcher dies with the command, its ranks (torchrun starts each in a session of
+its own, out of reach of a signal to the command's group) with the launcher, so a command
+killed outright (SIGKILL, the OOM killer) leaves no rank running.
 """
 
 from __future__ import annotations
@@ -30,6 +35,21 @@ def _chain() -> None:
             return
 
 
+def _die_with_parent() -> None:
+    # The signal comes when the thread that started this process ends: the command's and
+    # torchrun's main threads start theirs. A launch that starts ranks from a thread that
+    # ends before them would lose them: none of the launchers this is tried with does.
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 class _Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):  # noqa: ANN001 - the import protocol's
         if name != _TARGET:
@@ -51,5 +71,6 @@ class _Hook(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("DISTBENCH_CAPTURE_OUT"):
+    _die_with_parent()
     sys.meta_path.insert(0, _Hook())
 _chain()
