@@ -610,7 +610,7 @@ def fewest_calls(s: MeasureSettings) -> int:
         return max(s.warmup, 1) + 1
     if s.iterations is not None:
         return s.warmup + s.iterations
-    return 1 + min(s.min_iterations, MIN_INTERVAL_SAMPLES)
+    return 1 + min(s.min_iterations, MIN_INTERVAL_SAMPLES, s.max_iterations)
 
 
 def _precise_median(samples: Sequence[float], precision: float) -> bool:
