@@ -85,7 +85,9 @@ def _run(out: str, steps: Sequence[int] | None, launch: Sequence[str], stops: _S
         return code or 1, f"the trace written is not one: {e}"
     finally:
         _release(Path(out), claim, created, keep=written)
-    return code, _wrote(out, trace)
+    warm_up = ("; step 0, the program's warm-up, left out (--steps 0,... keeps it)"
+               if not steps and trace.steps and trace.steps[0] == 1 else "")
+    return code, _wrote(out, trace) + warm_up
 
 
 def from_profiler(out: str, steps: Sequence[int] | None, files: Sequence[str]

@@ -39,8 +39,10 @@ def install(c10d: Any) -> None:
 
             steps = os.environ.get(STEPS) or None
             # Quiet: the command says why no trace was written, once (from the notes).
+            # Without --steps the command leaves out step 0, the program's warm-up.
             state["capture"] = capture(os.environ[OUT], steps=None if steps is None else [
-                int(s) for s in steps.split(",")], quiet=True, refused=claim_lost).__enter__()
+                int(s) for s in steps.split(",")], quiet=True, refused=claim_lost,
+                past_warm_up=True).__enter__()
             note(f"rank {c10d.get_rank()}: {CAPTURING}")
             atexit.register(_finish, state)
         return result
