@@ -173,3 +173,17 @@ def distbench_run(pytester: pytest.Pytester, leak_tag: str, request: pytest.Fixt
                                              timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A one-rank gloo world in this process (its default group), for the measure loop and
+    what runs on it without rank processes."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()

@@ -92,6 +92,15 @@ def rank_env(kind: str, rank: int, world_size: int, port: int) -> dict[str, str]
     raise ValueError(kind)
 
 
+def torchrun_node(port: int, is_host: int, rdzv_id: str, pytest_args: list[str]) -> list[str]:
+    """One of two torchrun agents, one per "node", meeting at a c10d rendezvous on loopback
+    and forming a world of 2 (one rank each)."""
+    return TORCHRUN + [
+        "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-id={rdzv_id}",
+        f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={is_host}",
+        "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
+
+
 def launch(cwd: Path, kind: str, world_size: int, args: list[str],
            timeout: float = 240) -> list[Finished]:
     """One pytest per rank, as srun or mpirun would start them."""

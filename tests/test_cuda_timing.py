@@ -257,13 +257,8 @@ def test_graphs_on_a_cpu_world_name_the_reason():
 
 
 @pytest.fixture
-def control(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
-                            world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
+def control(one_rank_group):
+    return one_rank_group
 
 
 def bench(control, cuda, *, device="cuda", backend="nccl", **overrides) -> Distbench:

@@ -16,7 +16,16 @@ import textwrap
 
 import pytest
 import torch
-from launching import PYTEST, TORCHRUN, benchmark_ids, free_port, launch, read_results, run_all
+from launching import (
+    PYTEST,
+    TORCHRUN,
+    benchmark_ids,
+    free_port,
+    launch,
+    read_results,
+    run_all,
+    torchrun_node,
+)
 
 from conftest import PLUGINS_OFF
 
@@ -242,13 +251,9 @@ def test_torchrun_two_nodes_on_one_machine(pytester, leak_tag):
     path = pytester.path / "run.json"
     port = free_port()
 
-    def agent(is_host: int) -> list[str]:
-        return TORCHRUN + [
-            "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-id=distbench",
-            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={is_host}",
-            "-m", "pytest", "-p", "no:cacheprovider", *ARGS, f"--distbench-json={path}"]
-
-    nodes = run_all([(agent(1), {}), (agent(0), {})], pytester.path, timeout=400)
+    args = [*ARGS, f"--distbench-json={path}"]
+    nodes = run_all([(torchrun_node(port, 1, "distbench", args), {}),
+                     (torchrun_node(port, 0, "distbench", args), {})], pytester.path, timeout=400)
     assert [n.returncode for n in nodes] == [0, 0], "\n".join(n.output for n in nodes)
     reporting = [n for n in nodes if "test session starts" in n.output]
     assert len(reporting) == 1  # rank 0 lives on one node; the other node prints nothing

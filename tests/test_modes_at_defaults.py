@@ -14,7 +14,15 @@ import socket
 import textwrap
 
 import pytest
-from launching import PYTEST, TORCHRUN, free_port, launch, read_results, run_all
+from launching import (
+    PYTEST,
+    TORCHRUN,
+    free_port,
+    launch,
+    read_results,
+    run_all,
+    torchrun_node,
+)
 
 from conftest import PLUGINS_OFF
 from pytest_distbench.harness.launcher import runkey
@@ -116,14 +124,9 @@ def test_torchrun_two_nodes_at_the_defaults(user_file):
     out = user_file.path / "nodes.json"
     port = free_port()
 
-    def agent(is_host: int) -> list[str]:
-        return TORCHRUN + [
-            "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-id=defaults",
-            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={is_host}",
-            "-m", "pytest", "-p", "no:cacheprovider", "--distbench", "test_user.py",
-            f"--distbench-json={out}"]
-
-    nodes = run_all([(agent(1), {}), (agent(0), {})], user_file.path, timeout=300)
+    args = ["--distbench", "test_user.py", f"--distbench-json={out}"]
+    nodes = run_all([(torchrun_node(port, 1, "defaults", args), {}),
+                     (torchrun_node(port, 0, "defaults", args), {})], user_file.path, timeout=300)
     reporting = [n for n in nodes if "test session starts" in n.output]
     assert len(reporting) == 1, "\n".join(n.output for n in nodes)
     quiet = [n.output for n in nodes if n is not reporting[0]]

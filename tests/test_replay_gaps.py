@@ -356,23 +356,12 @@ def test_gaps_past_the_timeout_are_refused_naming_rank_step_and_call():
                              for r in range(2)], 6, 300.0) is None
 
 
-@pytest.fixture
-def one_rank_world(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
-                            world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
 
 @settings(deadline=None, max_examples=40,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 6), st.one_of(st.none(), st.integers(1, 12)), st.integers(1, 40),
        st.sampled_from([None, 1e-3]), st.sampled_from([1e-7, 0.01]))
-def test_measure_calls_a_function_at_least_its_fewest_calls(one_rank_world, warmup,
+def test_measure_calls_a_function_at_least_its_fewest_calls(one_rank_group, warmup,
                                                              iterations, min_iterations,
                                                              duration, budget):
     """The floor the replay checks its gaps against, for every way a test is timed (a fixed
@@ -387,7 +376,7 @@ def test_measure_calls_a_function_at_least_its_fewest_calls(one_rank_world, warm
                         max_iterations=10_000, budget_s=budget, dtype="float32",
                         duration_s=duration, precision=None)
     bench = Distbench(rank=0, world_size=1, backend="gloo", device=torch.device("cpu"),
-                      group=one_rank_world, control_group=one_rank_world, settings=s)
+                      group=one_rank_group, control_group=one_rank_group, settings=s)
     calls = []
     bench.measure(lambda: calls.append(1), nbytes=4)
     assert len(calls) >= fewest_calls(s) == bench.fewest_calls()
