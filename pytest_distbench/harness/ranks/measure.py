@@ -176,7 +176,8 @@ class Distbench:
                                     else s.sampling_target)
                         stopped_by = self._run_precise(
                             timed, samples, least, s.max_iterations, sampling or 0.0,
-                            timed_here, PRECISE[headline] if sampling else _never, s.budget_s)
+                            timed_here, PRECISE[headline] if sampling else _never, s.budget_s,
+                            batch or 1)
                         if s.precision is not None:
                             noise = s.noise_stop and stopped_by == "precision"
                             stop = PrecisionStop(s.precision, headline,
@@ -462,12 +463,13 @@ class Distbench:
     def _run_precise(self, timed: Callable[[], float], samples: array, least: int, most: int,
                      precision: float, timed_here: bool,
                      precise: Callable[[Sequence[float], float], bool],
-                     budget_s: float) -> str:
+                     budget_s: float, calls_per_sample: int = 1) -> str:
         """Run at least `least` and at most `most` iterations (--distbench-max-iterations),
         stopping once `precise` says the 95 % interval of the record's headline is within
         `precision` ("precision"), once the slowest rank's iterations have lasted `budget_s`
         ("budget"; a chunk past it at most), or at `most` first ("max_iterations"): the same
-        in every rank.
+        in every rank. A sample of a CUDA batch is the mean of `calls_per_sample` calls: the
+        budget counts them all.
 
         The record's samples are the slowest rank's time per iteration, so that is what must
         be precise: after each chunk (~CHUNK_S) the ranks start a non-blocking MAX all-reduce
@@ -485,14 +487,16 @@ class Distbench:
         slowest: list[float] = first.tolist()
         pending = None
         while True:
+            # A budget met to a rounding is met (200 batches of 2 ms sum to 0.39999... s).
+            spent = math.fsum(slowest) * calls_per_sample * (1 + 1e-9)
             stop = ("precision" if precise(slowest, precision)
-                    else "budget" if math.fsum(slowest) >= budget_s else None)
+                    else "budget" if spent >= budget_s else None)
             # Planned again from the timed iterations themselves: the next chunk ends near
             # the budget's end, counting the one still in flight at their mean.
-            per_call = max(statistics.fmean(slowest), 1e-9)
-            left = budget_s - math.fsum(slowest) - (len(samples) - len(slowest)) * per_call
-            size = min(self._chunk_size(CHUNK_S, per_call), most - len(samples),
-                       math.ceil(left / per_call) if left > 0 else 0)
+            per_sample = max(statistics.fmean(slowest) * calls_per_sample, 1e-9)
+            left = budget_s - spent - (len(samples) - len(slowest)) * per_sample
+            size = min(self._chunk_size(CHUNK_S, per_sample), most - len(samples),
+                       math.ceil(left / per_sample) if left > 0 else 0)
             if stop is not None or (size <= 0 and pending is None):
                 if pending is not None:
                     pending[0].wait()  # every rank posted it; none leaves it in flight
