@@ -69,10 +69,10 @@ def test_default_output_fits_120_columns_shows_suites_and_ends_with_a_digest(
     assert [line.split()[0] for line in heads[:4]] == [
         "agent_observer", "message_rate", "rpc_transports", "store_init"]
     # Rows sharing the largest point are told apart (path, credits; transport).
-    assert re.match(r"message_rate +ws3 +4 B +credits=1,path=client_to_computation: [\d,.]+ "
-                    r"msgs/s", heads[1]), digest
+    assert re.match(r"message_rate +ws3 +4 B +fastest credits=\d+,path=\w+: [\d,.]+ "
+                    r"msgs/s ± [\d.]+ %, [\d.]+ [KMG]B/s", heads[1]), digest
     # A latency at its smallest size, a rate at its largest.
-    assert re.match(r"rpc_transports +ws2 +4 B +transport=[a-z-]+: round trip ",
+    assert re.match(r"rpc_transports +ws2 +4 B +fastest transport=[a-z-]+: round trip ",
                     heads[2]), digest
     assert f"every sample in {out}" in " ".join(line.strip() for line in digest)
     assert any(line.startswith("machine: 3 ranks in the largest world on ") for line in digest)
@@ -296,3 +296,22 @@ def test_the_digest_carries_the_caveats_its_tables_note():
     assert "credits=10 ran 4 in flight (the byte cap)" in said
     quiet = [dict(r, figures={**r["figures"], "slow_connects": 0}) for r in stalled]
     assert "CONFOUNDED" not in " ".join(family_lines(quiet))
+
+
+def test_a_digest_line_of_many_rows_spans_the_fastest_and_the_slowest():
+    """rpc_transports at 40 MB: five transports from 1.3 ms to 70 ms; the digest named the two
+    it met first (gloo 25 ms, cuda_basic 17 ms) and hid the fastest."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    rows = []
+    for transport, seconds in (("gloo", 0.0254), ("tensorpipe-cuda_basic", 0.0174),
+                               ("tensorpipe-shm", 0.0695), ("tensorpipe-cuda_ipc", 0.00132),
+                               ("tensorpipe-uv", 0.0563)):
+        r = benchmark_record(40_000_000, [seconds] * 7)
+        rows.append(dict(r, family="all_reduce", params={"transport": transport},
+                         name=f"test_transports[gloo-ws2-40000000B-{transport}]"))
+    said = " ".join(" ".join(family_lines(rows)).split())
+    assert "fastest transport=tensorpipe-cuda_ipc:" in said, said
+    assert "slowest transport=tensorpipe-shm:" in said and "... 3 more" in said, said

@@ -4,6 +4,7 @@ bandwidth's largest; the full tables stay above it), each line fitted to a termi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,11 +51,17 @@ def family_lines(records: Iterable[Record]) -> list[str]:
 def _figures(point: list[dict[str, Any]]) -> str:
     """The point's figures, each row's named by what tells it from the others (its test,
     parameters or measurement name, as a table names it); rows with the same figures
-    (agent/observer's two metrics) once; two rows at most, then how many more."""
+    (agent/observer's two metrics) once; two rows at most, then how many more: of more than
+    two, the fastest and the slowest (their p50 time per iteration), so the line spans what
+    the table holds instead of showing whichever came first."""
     texts = [" ".join(headline([r]).split()) for r in point]
     if len(set(texts)) == 1:  # one figure for every row
         return texts[0] or "no headline figure"
     labels = names.row_labels(point, key=lambda r: None) or [""] * len(point)
-    shown = [f"{label}: {text}" for label, text in zip(labels, texts, strict=True) if text]
-    more = [f"... {len(shown) - 2} more"] if len(shown) > 2 else []
-    return "; ".join(shown[:2] + more) or "no headline figure"
+    shown = [(r, f"{label}: {text}") for r, label, text in zip(point, labels, texts,
+                                                               strict=True) if text]
+    if len(shown) <= 2:
+        return "; ".join(text for _, text in shown) or "no headline figure"
+    ordered = sorted(shown, key=lambda rt: (rt[0].get("summary") or {}).get("p50", math.inf))
+    return (f"fastest {ordered[0][1]}; slowest {ordered[-1][1]}; "
+            f"... {len(shown) - 2} more")

@@ -159,7 +159,9 @@ class Headline:
             return None
         # A figure in GB/s reads as the tables' bandwidth cells do (one formatter for both):
         # in the decimal unit it reads at least 0.1 in, not as 0.00212 GB/s beside 2.12 MB/s.
-        shown = bandwidth_cell(v) if self.unit == "GB/s" else f"{significant(v)} {self.unit}"
+        # A figure in MB/s likewise (one-byte messages: 0.00235 MB/s read 2.35 KB/s).
+        shown = (bandwidth_cell(v) if self.unit == "GB/s" else bandwidth_cell(v / 1e3)
+                 if self.unit == "MB/s" else f"{significant(v)} {self.unit}")
         text = f"{self.label} {shown}".strip()
         if self.value.of_time is None and self.value.interval_fields is None:
             return text  # a family's own figure without an interval
