@@ -153,3 +153,15 @@ def test_the_record_type_is_defined_once():
                    isinstance(t, ast.Name) and t.id == "Record"
                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))]
     assert defined == ["pytest_distbench.results.document.record"]
+
+
+def test_pytest_is_used_through_its_public_api():
+    """No import of pytest's private `_pytest` package: its layout changes between releases
+    (issue 51 item 6)."""
+    private = [module for module, path in MODULES.items()
+               for node in ast.walk(ast.parse(path.read_text()))
+               for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                            else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                            else [])
+               if name.split(".")[0] == "_pytest"]
+    assert private == []
