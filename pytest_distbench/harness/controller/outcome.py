@@ -30,7 +30,8 @@ from ..wire import (
     TestOutcome,
     from_settings,
 )
-from .records import add_peaks, build_records, mark_invalid
+from .records import records_of_run
+from .session import SESSION_KEY
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
 BACKEND_ARG = "distbench_backend"
@@ -204,15 +205,11 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
         pytest.fail(label + failure, pytrace=False)
     if ended:
         end_early(result, ended, key.world_size, label)
-    records = build_records(
-        item, key, [result.outcomes[r].measurements for r in range(key.world_size)], settings)
-    for record, measurement in zip(records, result.outcomes[0].measurements, strict=True):
-        reports = (live_reports or {}).get(measurement.name)
-        if reports:
-            record["live_reports"] = reports
+    session = item.config.stash.get(SESSION_KEY, None)
+    records, broken = records_of_run(
+        item, key, [result.outcomes[r].measurements for r in range(key.world_size)], settings,
+        live_reports or {}, one_host=session is None or not session.external)
     _add_environment_section(item, records)
-    broken = mark_invalid(records)
-    add_peaks(item.config, records)
     if keep is not None:
         keep.extend(records)
     if broken:

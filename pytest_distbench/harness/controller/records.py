@@ -22,17 +22,29 @@ from ...results.statistics import interval, stats
 from ...settings import Settings, of_session
 from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
-from .session import SESSION_KEY
 
 
-def add_peaks(config: pytest.Config, records: list[Record]) -> None:
+def records_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measurement]],
+                   settings: Settings, live_reports: dict[str | None, list[Any]],
+                   one_host: bool) -> tuple[list[Record], str]:
+    """One run's records, whole: merged from every rank, what the test printed live, held to
+    the physical sanity rules, their share of the peak; and the text of the rules broken
+    ("" if none)."""
+    records = build_records(item, key, per_rank, settings)
+    for record, measurement in zip(records, per_rank[0], strict=True):
+        reports = live_reports.get(measurement.name)
+        if reports:
+            record["live_reports"] = reports
+    broken = mark_invalid(records)
+    add_peaks(of_session(item.config).peak_busbw or {}, records, one_host)
+    return records, broken
+
+
+def add_peaks(declared: dict[str, float], records: list[Record], one_host: bool) -> None:
     """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
-    one, else measured here, else published for its GPU (worlds on one host only). Only
-    records of nccl-tests style tables, whose legend names the peak (a family's own style
-    shows its own figures)."""
-    declared = of_session(config).peak_busbw or {}
-    session = config.stash.get(SESSION_KEY, None)
-    one_host = session is None or not session.external
+    one, else measured here, else published for its GPU (`one_host`: worlds on one host
+    only). Only records of nccl-tests style tables, whose legend names the peak (a family's
+    own style shows its own figures)."""
     for record in records:
         if (not record.get("invalid") and not record.get("incomplete")
                 and registry.table_style(record["family"]) is None):
