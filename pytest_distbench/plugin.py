@@ -237,10 +237,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if ab_mode is not None:  # A/B rounds; each regression fails inside
         ab_mode.run_item(session, pyfuncitem, resolved, key)
         return True
-    records = session.run_item(pyfuncitem, resolved, key,
-                               fresh_world_after=collection.uses_rpc(pyfuncitem))
-    if records:  # launcher mode: rank 0 has gated its records already, the others keep none
-        outputs.after_test(pyfuncitem, records, resolved, session.view)
+    points = session.run_item(pyfuncitem, resolved, key,
+                              fresh_world_after=collection.uses_rpc(pyfuncitem))
+    if points:  # launcher mode: rank 0 has gated its points already, the others keep none
+        outputs.after_test(pyfuncitem, points, resolved, session.view)
     return True
 
 

@@ -30,7 +30,8 @@ from ..wire import (
     TestOutcome,
     from_settings,
 )
-from .records import records_of_run
+from .points import Point, Points
+from .records import points_of_run
 from .session import SESSION_KEY
 
 WORLD_SIZE_ARG = "distbench_world_size"  # the parameters every distbench test gets
@@ -187,11 +188,11 @@ def _pressure_settings(settings: Settings) -> PressureSettings | None:
 
 def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings, *,
           variant: str = "", live_reports: dict[str | None, list[Any]] | None = None,
-          keep: list[Record] | None = None) -> list[Record]:
-    """The test's records, or its failure or skip (raised as pytest does).
+          keep: Points | None = None) -> list[Point]:
+    """The test's points, or its failure or skip (raised as pytest does).
 
     `variant`: A/B mode's "baseline" or "candidate", named in every section and message.
-    `keep`: the session's records, which get this test's before a wrong result fails it
+    `keep`: the session's points, which get this test's before a wrong result fails it
     (the results file shows what was measured, and that it was wrong).
     """
     label = f"{variant} variant: " if variant else ""
@@ -206,12 +207,13 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
     if ended:
         end_early(result, ended, key.world_size, label)
     session = item.config.stash.get(SESSION_KEY, None)
-    records, broken = records_of_run(
+    points, broken = points_of_run(
         item, key, [result.outcomes[r].measurements for r in range(key.world_size)], settings,
         live_reports or {}, one_host=session is None or not session.external)
+    records = [p.first.record for p in points]
     _add_environment_section(item, records)
     if keep is not None:
-        keep.extend(records)
+        keep.add(points)
     if broken:
         pytest.fail(label + broken, pytrace=False)
     wrong = sum(r["wrong"] or 0 for r in records)
@@ -222,7 +224,7 @@ def judge(item: pytest.Function, key: Any, result: RunResult, settings: Settings
             "a collective that computes the wrong answer is a failure, not a fast number",
             pytrace=False,
         )
-    return records
+    return points
 
 
 ENDED_EARLY = ("skipped", "xfailed")  # pytest.skip, pytest.xfail in a body

@@ -2,9 +2,10 @@
 they travelled) merged into one Record per `distbench.measure()` call, summarised and checked.
 
 A record leaves here with what its own run knows: samples, summary, figures, the run's own
-sampling interval (`sampling_ci`) and, for a precision-targeted run, its stop. Its printed
-interval (`p50_ci`, a rate's `figures.*_ci_*`) and `precision.achieved/met` are written once,
-at the end of the test loop, by results/document/session_intervals.seal.
+sampling interval (`sampling_ci`) and, for a precision-targeted run, its stop; it becomes a
+points.Run with what the controller judged of it (its broken sanity rules, its share of the
+peak), never written to again. Its printed interval (`p50_ci`, a rate's `figures.*_ci_*`) and
+`precision.achieved/met` are placed by points.record_of.
 """
 
 from __future__ import annotations
@@ -16,53 +17,56 @@ import pytest
 from ... import registry
 from ...registry import completed_figures
 from ...results import peaks, sanity
-from ...results.document.record import Pressure, Record
+from ...results.document.record import OfPeak, Pressure, Record
 from ...results.document.schema import RecordError, check_record
-from ...results.statistics import interval, stats
+from ...results.document.summary import summarize_record
 from ...settings import Settings, of_session
 from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
+from .points import NOT_JUDGED, Point, Run
 
 
-def records_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measurement]],
-                   settings: Settings, live_reports: dict[str | None, list[Any]],
-                   one_host: bool) -> tuple[list[Record], str]:
-    """One run's records, whole: merged from every rank, what the test printed live, held to
-    the physical sanity rules, their share of the peak; and the text of the rules broken
-    ("" if none)."""
+def points_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measurement]],
+                  settings: Settings, live_reports: dict[str | None, list[Any]],
+                  one_host: bool) -> tuple[list[Point], str]:
+    """One run's points, one per measure() call: its record merged from every rank, held to
+    the physical sanity rules, its share of the peak, what the test printed live; and the
+    text of the rules broken ("" if none)."""
     records = build_records(item, key, per_rank, settings)
-    for record, measurement in zip(records, per_rank[0], strict=True):
-        reports = live_reports.get(measurement.name)
-        if reports:
-            record["live_reports"] = reports
-    broken = mark_invalid(records)
-    add_peaks(of_session(item.config).peak_busbw or {}, records, one_host)
-    return records, broken
+    invalid = [violations(record) for record in records]
+    declared = of_session(item.config).peak_busbw or {}
+    points = [Point(record["id"], Run(record, broken, of_peak(declared, record, broken, one_host),
+                                      key.variant),
+                    live_reports=live_reports.get(measurement.name) or None)
+              for record, broken, measurement in zip(records, invalid, per_rank[0], strict=True)]
+    return points, invalid_text(records, invalid)
 
 
-def add_peaks(declared: dict[str, float], records: list[Record], one_host: bool) -> None:
-    """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
+def of_peak(declared: dict[str, float], record: Record, invalid: tuple[str, ...],
+            one_host: bool) -> OfPeak | None | str:
+    """A valid record's bandwidth as a share of its peak (results/peaks.py): the declared
     one, else measured here, else published for its GPU (`one_host`: worlds on one host
     only). Only records of nccl-tests style tables, whose legend names the peak (a family's
-    own style shows its own figures)."""
-    for record in records:
-        if (not record.get("invalid") and not record.get("incomplete")
-                and registry.table_style(record["family"]) is None):
-            peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
-            record["of_peak"] = peaks.of_peak(record, peak)
+    own style shows its own figures): NOT_JUDGED for every other."""
+    if invalid or record.get("incomplete") or registry.table_style(record["family"]) is not None:
+        return NOT_JUDGED
+    peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
+    return peaks.of_peak(record, peak)
 
 
-def mark_invalid(records: list[Record]) -> str:
-    """Hold every record to the physical sanity rules; a record that breaks one is marked
-    `invalid` (kept in the results file, never shown as a figure). The failure text, or ""."""
-    lines = []
-    for record in records:
-        broken = sanity.violations(record, machine_bounds())
-        if broken and sanity.violations(record) != broken:  # a machine limit broken: confirm it
-            broken = sanity.violations(record, refined_bounds())
-        if broken:
-            record["invalid"] = broken
-            lines.append(f"{record['name']}: " + "; ".join(broken))
+def violations(record: Record) -> tuple[str, ...]:
+    """The physical sanity rules `record` breaks: a record that breaks one is `invalid`
+    (kept in the results file, never shown as a figure)."""
+    broken = sanity.violations(record, machine_bounds())
+    if broken and sanity.violations(record) != broken:  # a machine limit broken: confirm it
+        broken = sanity.violations(record, refined_bounds())
+    return tuple(broken)
+
+
+def invalid_text(records: list[Record], invalid: list[tuple[str, ...]]) -> str:
+    """The failure text of the records' broken rules, or ""."""
+    lines = [f"{record['name']}: " + "; ".join(broken)
+             for record, broken in zip(records, invalid, strict=True) if broken]
     if not lines:
         return ""
     return ("a figure that is physically impossible is not printed (kept in the results file "
@@ -185,28 +189,3 @@ def _precision_record(record: Record, stop: PrecisionStop | None) -> None:
     record["precision"] = {"target": stop.target, "statistic": stop.statistic,
                            "stopped_by": stop.stopped_by,
                            "sampling_achieved": None if pct is None else pct / 100}
-
-
-def summarize_record(record: Record, rank_samples: list[list[float]]) -> None:
-    """Fill in what a record derives from its per-rank samples (an iteration lasts as long
-    as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
-    stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of
-    every figure. A call that moves no data (record["moves_no_data"]) has no bandwidth: its
-    bytes over its time would be a rate of nothing (one rank's in-place all_reduce printed
-    5,099,682 GB/s on an H200)."""
-    timed = [s for s in rank_samples if s]
-    samples = stats.per_iteration_max(timed)
-    summary = stats.summarize(samples)
-    nbytes = None if record.get("moves_no_data") else record.get("nbytes")
-    algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
-    record.update(
-        iterations=len(samples),
-        samples=samples,
-        rank_samples=rank_samples,
-        summary=summary.as_dict(),
-        sampling_ci=interval.p50_interval(samples, summary.p50),
-        algbw_gbps=algbw,
-        busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
-        skew=stats.rank_skew(timed),
-        stalls=stats.stall_count(samples),
-    )

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ...settings import Settings
+from ..controller.points import Point
 from ..ranks.leftovers import is_running
 from ..wire import WorldKey
 from . import hang, wire
@@ -77,7 +78,7 @@ class OtherRankSession(LauncherSession):
                                       "(SIGTERM); exiting after rank 0")
 
     def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+                 fresh_world_after: bool = False) -> list[Point]:
         try:
             return super().run_item(item, settings, key, fresh_world_after)
         except StoreLost as exc:  # rank 0 hosted the store, and is gone
@@ -96,7 +97,7 @@ class OtherRankSession(LauncherSession):
         return self.channel.poll([running.key(wire.VERDICT)], FAILURE_GRACE_S)
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+                    running: hang.Running, outcome: wire.Outcome) -> list[Point]:
         """End the test on this rank without waiting for rank 0's verdict.
 
         `settle` reads the verdict before the next body runs (or at the end of the session).

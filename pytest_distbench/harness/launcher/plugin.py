@@ -4,14 +4,16 @@ runner runs each test on every rank."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ... import settings as settings_module
 from ..controller.outcome import WORLD_SIZE_ARG
 from .detect import LaunchEnv, resolve
+
+if TYPE_CHECKING:
+    from .session import GateCheck
 
 
 def configure(config: pytest.Config) -> LaunchEnv | None:
@@ -69,8 +71,7 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
         config.pluginmanager.unregister(plugin)
 
 
-def start(config: pytest.Config, launch: LaunchEnv,
-          gate_check: Callable[[Any, list[dict[str, Any]], Any, Any], None]) -> Any:
+def start(config: pytest.Config, launch: LaunchEnv, gate_check: GateCheck) -> Any:
     """The session of this rank (rank 0's role or the others'), with its hooks registered."""
     if launch.rank == 0:
         from .rank0 import RankZeroSession

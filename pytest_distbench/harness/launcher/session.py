@@ -25,6 +25,7 @@ import pytest
 from ...settings import Settings, of_run
 from ..controller.live import LivePrinter
 from ..controller.outcome import prepare
+from ..controller.points import Point
 from ..controller.session import Session
 from ..wire import RankSpec, TestOutcome, WorldKey
 from . import hang, seal, wire
@@ -38,8 +39,8 @@ FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before rel
 DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
 STOP_LOOK_S = 2.0  # at the launcher's SIGTERM, how long rank 0 waits for the live ranks to say so
 
-# outputs.after_test: the test's records, its settings, and the session's view of them.
-GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings, Any], None]
+# outputs.after_test: the test's points, its settings, and the session's view of them.
+GateCheck = Callable[[pytest.Function, list[Point], Settings, Any], None]
 
 
 class LauncherSession(Session):
@@ -100,7 +101,7 @@ class LauncherSession(Session):
         raise NotImplementedError
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+                    running: hang.Running, outcome: wire.Outcome) -> list[Point]:
         raise NotImplementedError
 
     def _close_own(self) -> None:
@@ -189,7 +190,7 @@ class LauncherSession(Session):
     # -- one test ---------------------------------------------------------------------------
 
     def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
+                 fresh_world_after: bool = False) -> list[Point]:
         # fresh_world_after cannot be honoured: the launcher's processes are the world.
         self.settle()  # the verdict of the test before, before this body may use the world
         index = self.index_of[item.nodeid]

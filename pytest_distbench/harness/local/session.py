@@ -19,6 +19,7 @@ import pytest
 from ...settings import Settings
 from ..controller.live import LivePrinter
 from ..controller.outcome import judge, prepare
+from ..controller.points import Point
 from ..controller.revisits import Revisits
 from ..controller.session import Session
 from ..wire import RunTest
@@ -185,8 +186,8 @@ class LocalSession(Session):
     def run_item(
         self, item: pytest.Function, settings: Settings, key: WorldKey,
         fresh_world_after: bool = False, task: RunTest | None = None, keep: bool = True,
-    ) -> list[dict[str, Any]]:
-        """Run one test in its world; return its records, or fail/skip it as pytest does.
+    ) -> list[Point]:
+        """Run one test in its world; return its points, or fail/skip it as pytest does.
 
         `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
         RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
@@ -215,10 +216,10 @@ class LocalSession(Session):
             world.stop()
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
-        records = judge(item, key, result, settings, variant=key.variant,
-                        live_reports=live.reports, keep=self.records if own else None)
+        points = judge(item, key, result, settings, variant=key.variant,
+                       live_reports=live.reports, keep=self.points if own else None)
         if own:
-            self.revisits.after_test(self, item, settings, task, key, records,
+            self.revisits.after_test(self, item, settings, task, key, points,
                                      fresh_world_after, seconds)
-        live.finish(self.view(records))  # the interval known so far, as -v and the gate
-        return records
+        live.finish(self.view(points))  # the interval known so far, as -v and the gate
+        return points

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from ..controller.points import Point, Run
+
 OUTPUT_KEY = "distbench"
 
 
@@ -69,7 +71,6 @@ class ControllerPlugin:
     def __init__(self, session: Any, workers: int) -> None:
         self.session = session
         self.workers = workers
-        self._received: list[tuple[int, int, dict[str, Any]]] = []
 
     def warning(self) -> str:
         return (f"WARNING: pytest-xdist runs {self.workers} workers at once on "
@@ -95,9 +96,8 @@ class ControllerPlugin:
             return
         data = json.loads(text)
         for position, record in data["records"]:
-            self._received.append((position, len(self._received), record))
-        self._received.sort(key=lambda entry: entry[:2])
-        self.session.records[:] = [record for _, _, record in self._received]
+            self.session.points.add([Point(record["id"], Run(record), sealed=record)],
+                                    position)
         self.session.add_rank_infos(data["rank_infos"])
         self.session.world_starts.extend(
             (f"{worker} {key}", seconds) for key, seconds in data["world_starts"])

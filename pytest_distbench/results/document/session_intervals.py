@@ -6,10 +6,11 @@ learns later (its run-to-run noise, the point's other runs) comes as an `Evidenc
 `with_interval(record, evidence)` returns the record with its printed interval: `p50_ci`, a
 rate's `figures.msgs_per_s_ci_*` / `mbps_ci_*` / `rate_ci_pct`, `precision.achieved/met`.
 
-It is pure, so the same function serves both moments: during the session (the live closing
-line, -v, JUnit, the per-test gate) it is applied to a copy with the noise measured so far
-(basis SO_FAR), and at the end of the test loop `seal` writes it once, in place, into every
-record of the session (basis SESSION, or ROUNDS for an A/B record, whose rounds are its runs).
+It is pure, so the same function serves both moments (harness/controller/points.record_of
+calls it): during the session (the live closing line, -v, JUnit, the per-test gate) with the
+noise measured so far (basis SO_FAR), and once at the end of the test loop, when every point
+of the session is sealed (basis SESSION, or ROUNDS for an A/B record, whose rounds are its
+runs).
 `p50_ci.basis` and `p50_ci.noise_missing` say which interval a reader holds: codes, never
 text to parse.
 """
@@ -17,12 +18,11 @@ text to parse.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..statistics.interval import LEVEL, half_width_pct
 from ..statistics.noise import RunNoise, pooled_run_noise, regimes, session_interval
-from .record import P50Interval, Record
+from .record import ABField, P50Interval, Record
 
 # p50_ci.basis: which interval the record holds.
 SESSION = "session"  # final: written at the end of the test loop
@@ -127,20 +127,12 @@ def with_interval(record: Record, evidence: Evidence) -> Record:
     return out
 
 
-def seal(records: Sequence[Record], evidence_of: Callable[[Record], Evidence]) -> None:
-    """Write every record's printed interval, once, at the end of the test loop, in place
-    (local, launcher and A/B mode alike; an xdist worker seals its own)."""
-    for record in records:
-        sealed = with_interval(record, evidence_of(record))
-        record.clear()
-        record.update(sealed)
-
-
-def rounds_evidence(record: Record) -> Evidence:
-    """An A/B record's: its candidate rounds are runs of the point, the noise is theirs (the
-    spread of the rounds' p50 on a log scale; a rate's spread is the same on that scale)."""
-    rounds = list(((record.get("ab") or {}).get("candidate_p50_s")) or [])
-    noise = pooled_run_noise({record["id"]: rounds})
+def rounds_evidence(ab: ABField) -> Evidence:
+    """An A/B record's (`ab`, its "ab" field): its candidate rounds are runs of the point, the
+    noise is theirs (the spread of the rounds' p50 on a log scale; a rate's spread is the same
+    on that scale)."""
+    rounds = list(ab.get("candidate_p50_s") or [])
+    noise = pooled_run_noise({"rounds": rounds})
     return Evidence(ROUNDS, noise, f"{len(rounds)} A/B rounds", (),
                     NOT_REVISITED)
 
