@@ -38,13 +38,13 @@ class Run:
         return self.record.get("timing")
 
     @property
-    def headline_statistic(self) -> str | None:
+    def headline_statistic(self) -> str:
         """What the rank measured the headline as: "mean" for a rate over the timed region."""
-        return (self.record.get("figures") or {}).get("headline_statistic")
+        return self.record.get("headline_statistic", "p50")
 
     @property
     def stopped_at_sample_cap(self) -> bool:
-        return bool((self.record.get("figures") or {}).get("stopped_at_sample_cap"))
+        return bool(self.record.get("stopped_at_sample_cap"))
 
     @property
     def figure(self) -> float | None:

@@ -158,6 +158,8 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
         "duration_s": first.duration_s,
         "pressure": _pressure_record(ms),
         "timing": first.timing,
+        "headline_statistic": first.headline_statistic,
+        "stopped_at_sample_cap": first.stopped_at_sample_cap,
         "batch_iterations": first.batch_iterations,
         "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
         "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),

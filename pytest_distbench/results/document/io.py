@@ -21,6 +21,7 @@ from typing import Any
 from ...units import format_size
 from . import nccl_tests
 from .schema import SchemaError, is_number, validate_document
+from .upgrade import upgraded
 
 # The largest results file read (docs/results-schema.md, "Validation"): parsing holds about 3.7
 # times the file in memory; 3 million samples in all (one duration-mode record's most) take
@@ -302,7 +303,7 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         validate_document(doc)
     except SchemaError as exc:
         raise ResultsFileError(path, exc.message, exc.field or None) from None
-    return doc
+    return upgraded(doc)
 
 
 def _read_bounded(path: str | os.PathLike[str]) -> bytes:
