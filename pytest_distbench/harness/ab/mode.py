@@ -22,7 +22,8 @@ from ...results.document.record import ABField
 from ...results.statistics import paired, stats
 from ...settings import Settings
 from ..controller.outcome import prepare
-from ..controller.points import Point, merged_rounds
+from ..controller.points import Point, Points, merged_rounds
+from ..controller.runs import Runner
 from ..local.session import LocalSession
 from ..local.world import PRELOAD
 from ..wire import WorldKey
@@ -64,6 +65,7 @@ class ABMode:
     interpreter: InterpreterFacts | None
     outcomes: list[ABOutcome] = field(default_factory=list)
     _server: VariantServer | None = None
+    _points: Points = field(default_factory=Points)  # the session's (start)
 
     @property
     def description(self) -> str:
@@ -78,7 +80,8 @@ class ABMode:
 
     def start(self, session: LocalSession) -> None:
         """Start the baseline's forkserver now, so its imports overlap collection; the
-        session's baseline worlds fork from it."""
+        session's baseline worlds fork from it, and it keeps the merged points."""
+        self._points = session.points
         self._server = VariantServer(
             preload=list(PRELOAD), env_overrides=dict(self.env_overrides),
             interpreter=self.interpreter,
@@ -92,10 +95,10 @@ class ABMode:
 
     # -- running ----------------------------------------------------------------------------
 
-    def run_item(self, session: LocalSession, item: pytest.Function, settings: Settings,
-                 key: WorldKey) -> list[Point]:
-        """Run the rounds; keep the candidate's points (rounds merged); fail on a
-        regression."""
+    def run_test(self, runner: Runner, item: pytest.Function, settings: Settings,
+                 key: WorldKey, fresh_world_after: bool = False) -> list[Point]:
+        """runs.Schedule of A/B mode: the rounds; keep the candidate's points (rounds
+        merged), judged here: none left for the caller to report; fail on a regression."""
         import time
 
         began = time.perf_counter()
@@ -105,7 +108,7 @@ class ABMode:
         for r in range(self.rounds):
             order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
             for variant in order:
-                runs[variant].append(session.run_item(
+                runs[variant].append(runner.run_item(
                     item, settings, dataclasses.replace(key, variant=variant),
                     task=tasks[variant]))
         wall = time.perf_counter() - began
@@ -136,10 +139,10 @@ class ABMode:
                                 live_reports=first.live_reports, ab=ab))
             if verdict.kind == "regression":
                 failures.append(failure_message(outcome, self.description))
-        session.points.add(merged)
+        self._points.add(merged)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-        return merged
+        return []
 
     def _baseline_task(self, task: Any) -> Any:
         if self.interpreter is None or self._server is None:

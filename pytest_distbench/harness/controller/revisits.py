@@ -44,7 +44,10 @@ from ...results.statistics.noise import (
     stratum_noise,
     time_class,
 )
+from ...settings import Settings
+from ..wire import WorldKey
 from .points import Point
+from .runs import Runner
 
 REVISIT_GAP_S = 2.0
 PER_GROUP = 5
@@ -78,6 +81,7 @@ class Revisits:
         self._strata_of_test: dict[tuple[str, str], set[str]] = {}
         self._noise: dict[str, RunNoise | None] = {}  # stratum -> its pooled noise (cache)
         self._last_revisit: dict[str, float] = {}
+        self._pending: Visit | None = None  # due after the test noted last
         self.runs = 0  # revisits run, and the seconds they took
         self.seconds = 0.0
 
@@ -99,11 +103,10 @@ class Revisits:
 
     # -- after a test -------------------------------------------------------------------------
 
-    def after_test(self, session: Any, item: pytest.Function, settings: Any, task: Any,
-                   key: Any, points: Sequence[Point], fresh_world_after: bool,
-                   seconds: float) -> None:
-        """Note the test's points (`seconds`: what its run in the world took) and revisit an
-        earlier test of its stratum when one is due."""
+    def note(self, item: pytest.Function, settings: Any, task: Any, key: Any,
+             points: Sequence[Point], fresh_world_after: bool, seconds: float) -> None:
+        """Note a test's own points (`seconds`: what its run in the world took), and whether
+        an earlier test of their stratum is due a revisit (revisit_due runs it)."""
         if not self.per_group:
             return
         measured = [p for p in points if p.first.figure is not None
@@ -115,14 +118,18 @@ class Revisits:
         stratum = strata[measured[0].id]
         visit = Visit(item, settings, task, key, fresh_world_after, stratum, time.monotonic(),
                       seconds, {p.id: p for p in measured})
-        due = self._due(stratum)
+        self._pending = self._due(stratum)
         self.visits.setdefault(stratum, []).append(visit)
         for point in measured:
             self._stratum_of[point.id] = strata[point.id]
             self._points.setdefault(strata[point.id], {})[point.id] = point
             self._noise.pop(strata[point.id], None)
+
+    def revisit_due(self, runner: Runner) -> None:
+        """Run the revisit the last test noted was due, if any (runs.Once, after the test)."""
+        due, self._pending = self._pending, None
         if due is not None:
-            self._revisit(session, due)
+            self._revisit(runner, due)
 
     def _due(self, stratum: str) -> Visit | None:
         """The test to revisit now, if any: the latest one measured at least REVISIT_GAP_S
@@ -137,14 +144,14 @@ class Revisits:
                if not v.revisits and now - v.finished_at >= REVISIT_GAP_S]
         return old[-1] if old else None
 
-    def _revisit(self, session: Any, visit: Visit) -> None:
+    def _revisit(self, runner: Runner, visit: Visit) -> None:
         visit.revisits += 1
         began = self._last_revisit[visit.stratum] = time.monotonic()
         self.runs += 1
         try:
-            again = session.run_item(visit.item, visit.settings, visit.key,
-                                     fresh_world_after=visit.fresh_world_after,
-                                     task=visit.task, keep=False)
+            again = runner.run_item(visit.item, visit.settings, visit.key,
+                                    fresh_world_after=visit.fresh_world_after,
+                                    task=visit.task, keep=False)
         except (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception):
             return  # a revisit that fails only gives no figure; the test itself passed
         finally:
@@ -179,7 +186,7 @@ class Revisits:
 
     # -- the end of the test loop -------------------------------------------------------------
 
-    def finish(self, session: Any, more: bool = True) -> None:
+    def finish(self, runner: Runner, notes: list[str], more: bool = True) -> None:
         """Revisits for the strata the session left short (`per_group` each; none with
         `more` False: an interrupted or stopped session starts none), each revisited point's
         record made its median run's, and a note of what the revisits cost."""
@@ -187,13 +194,13 @@ class Revisits:
             order = sorted(_affordable(visits), key=lambda v: (v.revisits, v.seconds))
             index = 0
             while sum(v.revisits for v in visits) < self.per_group and order:
-                self._revisit(session, order[index % len(order)])
+                self._revisit(runner, order[index % len(order)])
                 index += 1
         for by_id in self._points.values():
             for point in by_id.values():
                 point.lead_with_median()
         if self.runs:
-            session.notes.extend(wrap(
+            notes.extend(wrap(
                 f"distbench: {self.runs} revisit(s) (earlier points run again to measure the "
                 f"run-to-run noise every ± carries) took {self.seconds:.1f} s; "
                 "--distbench-revisits=N sets how many per stratum"))
@@ -228,3 +235,18 @@ def _affordable(visits: Sequence[Visit]) -> list[Visit]:
 
 def _test_key(item: pytest.Function) -> tuple[str, str]:
     return (str(item.path), item.originalname)
+
+
+class Once:
+    """runs.Schedule of every mode but A/B: a test's own run, then a revisit of an earlier
+    test when one is due (`revisits` None where the mode cannot run a point again)."""
+
+    def __init__(self, revisits: Revisits | None) -> None:
+        self.revisits = revisits
+
+    def run_test(self, runner: Runner, item: pytest.Function, settings: Settings,
+                 key: WorldKey, fresh_world_after: bool) -> list[Point]:
+        points = runner.run_item(item, settings, key, fresh_world_after=fresh_world_after)
+        if self.revisits is not None:
+            self.revisits.revisit_due(runner)
+        return points

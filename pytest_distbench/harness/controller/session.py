@@ -10,12 +10,12 @@ import pytest
 
 from ...results.document.record import Record
 from ...results.document.session_intervals import SESSION, UNDER_LAUNCHER, Evidence
-from ...settings import Settings
 from .points import Point, Points, record_of
 
 
 class Session:
-    """The state a run's outputs are made from; each launch mode says how a test runs."""
+    """The state a run's outputs are made from; each launch mode says how a test runs (its
+    session is a runs.Runner too)."""
 
     external = False  # True where a launcher (torchrun, srun, mpirun) started the ranks
     reports = True  # False on a launched rank other than 0: rank 0 reports for all
@@ -52,11 +52,6 @@ class Session:
     def records(self) -> list[Record]:
         """Every point's record, as the session knows it (sealed, at the end)."""
         return self.points.records()
-
-    def run_item(self, item: pytest.Function, settings: Settings, key: Any,
-                 fresh_world_after: bool = False, keep: bool = True) -> list[Point]:
-        """Run one test; return its points, or fail/skip it as pytest does."""
-        raise NotImplementedError
 
     def evidence(self, point: Point, final: bool = False) -> Evidence:
         """What the session knows of `point` for its printed interval (`final`: at the end of

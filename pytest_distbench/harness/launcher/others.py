@@ -77,15 +77,12 @@ class OtherRankSession(LauncherSession):
         hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: stopped by the launcher "
                                       "(SIGTERM); exiting after rank 0")
 
-    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                 fresh_world_after: bool = False) -> list[Point]:
-        try:
-            return super().run_item(item, settings, key, fresh_world_after)
-        except StoreLost as exc:  # rank 0 hosted the store, and is gone
-            if self.watch.disarm():
-                self._lost_rank_0(item, f"the store stopped answering: {exc}")
-            hang.park()  # the verdict watch ends the process
-            return []
+    def _store_lost(self, item: pytest.Function, exc: StoreLost) -> list[Point]:
+        # rank 0 hosted the store, and is gone
+        if self.watch.disarm():
+            self._lost_rank_0(item, f"the store stopped answering: {exc}")
+        hang.park()  # the verdict watch ends the process
+        return []
 
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
         self.channel.set_text(running.key(wire.outcome(self.rank)),

@@ -183,19 +183,12 @@ class LocalSession(Session):
 
     # -- tests --------------------------------------------------------------------------------
 
-    def run_item(
-        self, item: pytest.Function, settings: Settings, key: WorldKey,
-        fresh_world_after: bool = False, task: RunTest | None = None, keep: bool = True,
-    ) -> list[Point]:
-        """Run one test in its world; return its points, or fail/skip it as pytest does.
-
-        `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
-        RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
-        test cannot host another one that uses RRefs). `task`: one already prepared (A/B
-        mode's baseline runs with its own interpreter's path). A key's variant names the A/B
-        variant; its records are A/B mode's to merge. `keep=False`: a revisit
-        (controller/revisits.py), whose records only feed the session's noise.
-        """
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey, *,
+                 task: RunTest | None = None, fresh_world_after: bool = False,
+                 keep: bool = True) -> list[Point]:
+        """runs.Runner in a local world. `fresh_world_after` matters here: torch's RRef
+        context stays bound to a process's first RPC agent, so a process that ran an RPC test
+        cannot host another one that uses RRefs. A key's variant names the A/B variant."""
         # A test of its own (not an A/B variant, not a revisit) takes part in the revisits.
         own = keep and not key.variant
         if task is None:
@@ -219,7 +212,6 @@ class LocalSession(Session):
         points = judge(item, key, result, settings, variant=key.variant,
                        live_reports=live.reports, keep=self.points if own else None)
         if own:
-            self.revisits.after_test(self, item, settings, task, key, points,
-                                     fresh_world_after, seconds)
+            self.revisits.note(item, settings, task, key, points, fresh_world_after, seconds)
         live.finish(self.view(points))  # the interval known so far, as -v and the gate
         return points

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..controller.points import Point, Run
+from ..controller.session import Session
 
 OUTPUT_KEY = "distbench"
 
@@ -39,14 +40,14 @@ def is_controller(config: pytest.Config) -> bool:
     return hands_out_tests(config) and not config.getoption("collectonly", False)
 
 
-def configure(config: pytest.Config, session: Any) -> None:
+def configure(config: pytest.Config, session: Session) -> None:
     if is_controller(config):
         session.extra_facts["xdist_workers"] = worker_count(config)
         config.pluginmanager.register(ControllerPlugin(session, worker_count(config)),
                                       "distbench-xdist")
 
 
-def hand_over(config: pytest.Config, distbench: Any, session: pytest.Session) -> bool:
+def hand_over(config: pytest.Config, distbench: Session, session: pytest.Session) -> bool:
     """On an xdist worker: put what it measured in workeroutput (and write no file)."""
     if not is_worker(config):
         return False
@@ -68,7 +69,7 @@ def _position(position: dict[str, int], record_id: str) -> int:
 
 
 class ControllerPlugin:
-    def __init__(self, session: Any, workers: int) -> None:
+    def __init__(self, session: Session, workers: int) -> None:
         self.session = session
         self.workers = workers
 
