@@ -12,8 +12,9 @@ import pytest
 
 from ...settings import Settings
 from ..controller.live import LivePrinter, terminal_stream
-from ..controller.outcome import RunResult, describe_problems, judge, tag
+from ..controller.outcome import judge
 from ..controller.points import Point
+from ..failures import RunResult, describe_problems, tag
 from ..wire import TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
