@@ -19,7 +19,7 @@ from typing import Any
 
 from ...results.document.record import ABField, OfPeak, Record
 from ...results.document.session_intervals import Evidence, headline, with_interval
-from ...results.document.summary import summarize_record
+from ...results.document.summary import summary_of
 
 NOT_JUDGED = "not judged"  # Run.of_peak of a record no peak applies to (a family's own table)
 
@@ -116,8 +116,8 @@ def merged_rounds(rounds: list[Run]) -> Run:
     samples in time order, summarised once; what round 1 was judged keeps."""
     records = [run.record for run in rounds]
     first = dict(records[0])
-    summarize_record(first, [[s for r in records for s in r["rank_samples"][rank]]  # type: ignore[arg-type]
-                             for rank in range(len(first["rank_samples"]))])
+    first.update(summary_of(first, [[s for r in records for s in r["rank_samples"][rank]]  # type: ignore[arg-type]
+                                    for rank in range(len(first["rank_samples"]))]))
     if first.get("wrong") is not None:
         first["wrong"] = sum(r["wrong"] or 0 for r in records)
     elapsed = [r.get("elapsed_s") for r in records]

@@ -19,7 +19,7 @@ from ...registry import completed_figures
 from ...results import peaks, sanity
 from ...results.document.record import OfPeak, Pressure, Record
 from ...results.document.schema import RecordError, check_record
-from ...results.document.summary import summarize_record
+from ...results.document.summary import summary_of
 from ...settings import Settings, of_session
 from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
@@ -163,7 +163,7 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
         "batch_iterations": first.batch_iterations,
         "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
         "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
-    }  # samples and summary, which every Record has, are added by summarize_record below
+    }  # samples and summary, which every Record has, are added by summary_of below
     if first.incomplete:
         record["incomplete"] = first.incomplete
     timed = [r for r, m in enumerate(ms) if m.timed]
@@ -172,7 +172,7 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
     if all(m.elapsed_s is not None for m in ms):
         record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
     # An untimed rank's samples are an empty list: its loop is no figure of anything.
-    summarize_record(record, [m.samples if m.timed else [] for m in ms])
+    record.update(summary_of(record, [m.samples if m.timed else [] for m in ms]))
     record["figures"] = completed_figures(record)
     _precision_record(record, first.stop)
     return record
