@@ -171,19 +171,16 @@ def _bounds(low: float | None, high: float | None) -> tuple[float, float] | None
 
 def interval(record: dict, kind: str) -> tuple[float, float] | None:
     """The interval the product prints for the record's headline."""
-    if kind == "mean":
-        f = record["figures"]
-        return _bounds(f.get("msgs_per_s_ci_low"), f.get("msgs_per_s_ci_high"))
-    ci = record.get("p50_ci") or {}
+    ci = record.get("rate_ci" if kind == "mean" else "p50_ci") or {}
     return _bounds(ci.get("low"), ci.get("high"))
 
 
 def sampling_interval(record: dict, kind: str) -> tuple[float, float] | None:
     """The run's own sampling interval of its headline (what it printed before issue 34)."""
     if kind == "mean":
-        own = (record.get("figures") or {}).get("sampling_rate_ci") or {}
-    else:
-        own = record.get("sampling_ci") or {}
+        f = record.get("figures") or {}
+        return _bounds(f.get("msgs_per_s_ci_low"), f.get("msgs_per_s_ci_high"))
+    own = record.get("sampling_ci") or {}
     return _bounds(own.get("low"), own.get("high"))
 
 

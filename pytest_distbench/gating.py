@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .settings import RUN_DEFAULTS, of_run, of_session
+
+if TYPE_CHECKING:
+    from .harness.controller.session import Session
 
 AB_KEY = pytest.StashKey[Any]()
 GATE_KEY = pytest.StashKey[Any]()  # results.comparison.gate.Gate of --distbench-compare
@@ -185,7 +188,7 @@ def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
     return verdicts, failures
 
 
-def compare_run(config: pytest.Config, session: Any, document: dict[str, Any]
+def compare_run(config: pytest.Config, session: Session, document: dict[str, Any]
                 ) -> dict[str, Any] | None:
     """--distbench-compare: the whole run's comparison (kept on the session); the baseline's
     document, or None without a stored baseline."""

@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import gating
+from .harness.controller.points import Point
 from .harness.controller.session import Session
 from .harness.environment.physical import measured_bounds
+from .results.document.record import Record
 from .settings import BY_NAME, of_session
 
 HEADLINE_KEY = pytest.StashKey[str]()
@@ -112,18 +115,17 @@ def report_figures(item: pytest.Function, records: list[dict[str, Any]],
         item.stash[HEADLINE_KEY] = text
 
 
-def after_test(item: pytest.Function, records: list[dict[str, Any]], resolved: Any,
-               view: Any) -> None:
+def after_test(item: pytest.Function, points: list[Point], resolved: Any,
+               view: Callable[[list[Point]], list[Record]]) -> None:
     """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression, each
-    judged on `view(records)`: the records with the interval the session knows so far
+    judged on `view(points)`: their records with the interval the session knows so far
     (Session.view)."""
     from .collection import requested_sizes
 
     requested = requested_sizes(item)
-    if requested:
-        for record in records:
-            record["requested_nbytes"] = requested
-    shown = view(records)
+    for point in points:
+        point.requested_nbytes = requested or None
+    shown = view(points)
     verdicts, failures = gating.judge(item, shown, resolved.threshold)
     report_figures(item, shown, verdicts)
     if failures:

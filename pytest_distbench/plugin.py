@@ -8,16 +8,21 @@ and outputs.py (the end-of-session document and everything made from it).
 from __future__ import annotations
 
 import atexit
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import collection, gating, outputs, registry
 from . import settings as settings_module
 from .harness.controller.outcome import RankLocal
+from .harness.controller.revisits import Once
+from .harness.controller.runs import SCHEDULE_KEY
 from .harness.controller.session import SESSION_KEY
 from .harness.local import limits
 from .harness.wire import RANK_FIXTURES
+
+if TYPE_CHECKING:
+    from .harness.launcher.session import LauncherSession
 
 SKIP_REASON = "distbench benchmark: run with --distbench"
 # A/B mode and baseline options (checks, their summary) live in their own plugin module;
@@ -76,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .harness.local.session import LocalSession
 
         try:
-            session: Any = LocalSession(force=options.force,
+            session: LocalSession | LauncherSession = LocalSession(force=options.force,
                                         private_network=options.private_network,
                                         revisits=options.revisits)
         except NamespaceUnavailable as exc:
@@ -96,6 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
         session.inside(warm_up_forkserver)  # its torch import overlaps collection
     xdist.configure(config, session)
     config.stash[SESSION_KEY] = session
+    # The one place the mode's schedule is chosen: A/B rounds, or each test once.
+    config.stash[SCHEDULE_KEY] = gating.ab_mode(config) or Once(session.revisits)
     atexit.register(session.close)
 
 
@@ -225,22 +232,20 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     backend = params[collection.BACKEND_ARG]
     resolved = settings_module.of_test(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
-    ab_mode = gating.ab_mode(pyfuncitem.config)
     # Under a launcher, placing ranks is the launcher's job (docs/launchers.md).
-    bind = ("launcher" if session.external
-            else effective_bind(resolved.bind, device_type, ab_mode is not None))
+    bind = ("launcher" if session.external else effective_bind(
+        resolved.bind, device_type, gating.ab_mode(pyfuncitem.config) is not None))
     key = WorldKey(params[collection.WORLD_SIZE_ARG], backend, device_type, bind)
     # Launcher mode agrees on availability across its ranks (harness/launcher/agreement.py).
     reason = None if session.external else unavailable(backend, key.world_size)
     if reason:
         pytest.skip(reason)
-    if ab_mode is not None:  # A/B rounds; each regression fails inside
-        ab_mode.run_item(session, pyfuncitem, resolved, key)
-        return True
-    records = session.run_item(pyfuncitem, resolved, key,
-                               fresh_world_after=collection.uses_rpc(pyfuncitem))
-    if records:  # launcher mode: rank 0 has gated its records already, the others keep none
-        outputs.after_test(pyfuncitem, records, resolved, session.view)
+    schedule = pyfuncitem.config.stash[SCHEDULE_KEY]
+    points = schedule.run_test(session, pyfuncitem, resolved, key,
+                               collection.uses_rpc(pyfuncitem))
+    if points:  # A/B mode judged its rounds itself; launcher mode: rank 0 has gated its
+        # points already, the others keep none
+        outputs.after_test(pyfuncitem, points, resolved, session.view)
     return True
 
 
@@ -254,7 +259,7 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
         # A session interrupted (Ctrl-C, SIGTERM) or stopped early (-x, --maxfail) runs no
         # more: no closing revisits.
         stopped = outcome.excinfo is not None or session.shouldfail or session.shouldstop
-        distbench.revisits.finish(distbench, more=not stopped)
+        distbench.revisits.finish(distbench, distbench.notes, more=not stopped)
     outputs.show_records(session.config, distbench, distbench.seal())
 
 

@@ -121,20 +121,39 @@ class Family:
 class Found(NamedTuple):
     families: tuple[Family, ...]
     problems: tuple[str, ...]  # one line per external family left out
+    built_in: int = 0  # how many of `families` are distbench's own (the first)
 
 
-# Names and options of distbench's own settings, and pytest's own options (settings.py
-# reserves them before it reads the families' rows): an external family that takes one is left
-# out, not a traceback at start-up (argparse's "conflicting option string").
+# Names and options of distbench's own settings (settings.py reserves them before it reads the
+# families' rows), and whether pytest already has an option (settings.py asks pytest's parser
+# once pytest_addoption hands it over): an external family that takes one is left out, not a
+# traceback at start-up (argparse's "conflicting option string").
 _reserved_settings: frozenset[str] = frozenset()
-_pytests_options: frozenset[str] = frozenset()
 
 
-def reserve_settings(names: frozenset[str], pytests_options: frozenset[str] = frozenset()
-                     ) -> None:
-    global _reserved_settings, _pytests_options
-    _reserved_settings, _pytests_options = names, pytests_options
+def _no_option(option: str) -> bool:
+    return False
+
+
+_pytest_has: Callable[[str], bool] = _no_option
+
+
+def reserve_settings(names: frozenset[str]) -> None:
+    global _reserved_settings
+    _reserved_settings = names
     found.cache_clear()
+
+
+def reserve_pytest_options(pytest_has: Callable[[str], bool]) -> bool:
+    """Hold the external families to the options pytest's parser already has (`pytest_has`);
+    whether they are found again (only where some were used: finding costs an entry point
+    scan)."""
+    global _pytest_has
+    _pytest_has = pytest_has
+    if len(families()) == found().built_in:
+        return False
+    found.cache_clear()
+    return True
 
 
 @cache
@@ -154,7 +173,7 @@ def found() -> Found:
             families.append(_external(point, families))
         except ExternalFamilyError as exc:
             problems.append(f"distbench: family entry point {_described(point)} left out: {exc}")
-    return Found(tuple(families), tuple(problems))
+    return Found(tuple(families), tuple(problems), len(built_in))
 
 
 def families() -> tuple[Family, ...]:
@@ -198,9 +217,6 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
     if ours & _reserved_settings:
         raise ExternalFamilyError(f"setting {min(ours & _reserved_settings)!r} is one of "
                                   "distbench's own")
-    if ours & _pytests_options:
-        raise ExternalFamilyError(f"setting {min(ours & _pytests_options)!r} is an option of "
-                                  "pytest's own")
     for other in known:
         if family.name == other.name:
             raise ExternalFamilyError(f"family {family.name!r} is already registered")
@@ -213,6 +229,10 @@ def _external(point: EntryPoint, known: list[Family]) -> Family:
         if taken:
             raise ExternalFamilyError(f"setting {min(taken)!r} is already family "
                                       f"{other.name!r}'s")
+    # Last: pytest's parser holds the families found before this one too, named above.
+    taken = {s.option for s in family.settings if s.option is not None and _pytest_has(s.option)}
+    if taken:
+        raise ExternalFamilyError(f"setting {min(taken)!r} is an option of pytest's own")
     return family
 
 

@@ -13,14 +13,11 @@ PYTEST_DONT_REWRITE: plugin.py imports this module before pytest loads it as a p
 from __future__ import annotations
 
 import functools
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import make_dataclass
 from typing import Any
 
 import pytest
-from _pytest.config import default_plugins
-from _pytest.config.argparsing import Parser
 
 from . import registry, units
 from .harness import options as harness_options
@@ -229,20 +226,16 @@ HELP_GROUPS = {
 }
 
 
-def _pytests_own_options() -> frozenset[str]:
-    """The option strings pytest's built-in plugins add (`--maxfail`, `-x`, ...): each built-in
-    plugin's pytest_addoption run on a parser of its own, a few ms (its modules are imported
-    already). Empty where pytest's private parser changed: argparse then names the clash."""
-    try:
-        parser = Parser(_ispytest=True)
-        for name in default_plugins:
-            add = getattr(importlib.import_module(f"_pytest.{name}"), "pytest_addoption", None)
-            if add is not None:
-                add(parser)
-        return frozenset(name for group in (parser._anonymous, *parser._groups)
-                         for option in group.options for name in option.names())
-    except Exception:  # noqa: BLE001 - pytest's private API moved: no reservation, no crash
-        return frozenset()
+def _pytest_has(parser: pytest.Parser) -> Callable[[str], bool]:
+    """Whether `parser` (pytest's, with every option its built-in plugins and the plugins
+    loaded before distbench added) already holds an option string: its own parse, public API,
+    takes it (or refuses it for a missing value) rather than leaving it unknown."""
+    def has(option: str) -> bool:
+        try:
+            return option not in parser.parse_known_and_unknown_args([option])[1]
+        except pytest.UsageError:  # known, and it takes a value
+            return True
+    return has
 
 
 def all_settings() -> tuple[Setting, ...]:
@@ -250,8 +243,7 @@ def all_settings() -> tuple[Setting, ...]:
     group the leading session rows, the core settings of a test, the harness's own (duration,
     pressure, CUDA timing), each family's, then the other session rows."""
     own = _LEADING + CORE_SETTINGS + harness_options.SETTINGS + _TRAILING
-    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None},
-                              _pytests_own_options())
+    registry.reserve_settings(frozenset({s.name for s in own} | {s.option for s in own}) - {None})
     rows = (_LEADING + CORE_SETTINGS + harness_options.SETTINGS + registry.family_settings()
             + _TRAILING)
     order = list(HELP_GROUPS)
@@ -259,24 +251,33 @@ def all_settings() -> tuple[Setting, ...]:
                         else len(order)))
 
 
-TABLE = all_settings()  # one option (or none) and one ini key each
-BY_NAME = {s.name: s for s in TABLE}
-if len(BY_NAME) != len(TABLE):
-    raise RuntimeError("two distbench settings share a name")
-if any(s.scope not in ("test", "session") for s in TABLE):
-    raise RuntimeError("a distbench setting's scope is 'test' or 'session'")
-SETTINGS = tuple(s for s in TABLE if s.scope == "test")
-SESSION_SETTINGS = tuple(s for s in TABLE if s.scope == "session")
-_TEST_NAMES = tuple(s.name for s in SETTINGS)
-_SESSION_NAMES = tuple(s.name for s in SESSION_SETTINGS)
+def _tables() -> None:
+    """The rows and what is derived from them (this module's globals): at import, and again
+    once pytest's parser tells which options it already has (pytest_addoption), where an
+    external family that takes one is left out."""
+    global TABLE, BY_NAME, SETTINGS, SESSION_SETTINGS, _TEST_NAMES, _SESSION_NAMES
+    global Settings, SessionSettings, PARAMETRIZING, NARROWABLE
+    TABLE = all_settings()  # one option (or none) and one ini key each
+    BY_NAME = {s.name: s for s in TABLE}
+    if len(BY_NAME) != len(TABLE):
+        raise RuntimeError("two distbench settings share a name")
+    if any(s.scope not in ("test", "session") for s in TABLE):
+        raise RuntimeError("a distbench setting's scope is 'test' or 'session'")
+    SETTINGS = tuple(s for s in TABLE if s.scope == "test")
+    SESSION_SETTINGS = tuple(s for s in TABLE if s.scope == "session")
+    _TEST_NAMES = tuple(s.name for s in SETTINGS)
+    _SESSION_NAMES = tuple(s.name for s in SESSION_SETTINGS)
+    # One attribute per setting: world_size, backend, tensor_size, ..., then the families' own.
+    Settings = make_dataclass("Settings", [(s.name, Any) for s in SETTINGS], frozen=True)
+    Settings.__doc__ = "Every distbench setting of one test, resolved (see resolve)."
+    SessionSettings = make_dataclass("SessionSettings",
+                                     [(s.name, Any) for s in SESSION_SETTINGS], frozen=True)
+    SessionSettings.__doc__ = "Every session-wide setting, resolved once at configure time."
+    PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
+    NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
-# One attribute per setting: world_size, backend, tensor_size, ..., then the families' own.
-Settings = make_dataclass("Settings", [(s.name, Any) for s in SETTINGS], frozen=True)
-Settings.__doc__ = "Every distbench setting of one test, resolved (see resolve)."
-SessionSettings = make_dataclass("SessionSettings", [(s.name, Any) for s in SESSION_SETTINGS],
-                                 frozen=True)
-SessionSettings.__doc__ = "Every session-wide setting, resolved once at configure time."
-PARAMETRIZING = tuple(s for s in SETTINGS if s.param)
+
+_tables()
 
 SESSION_SETTINGS_KEY = pytest.StashKey[Any]()  # SessionSettings
 RUN_KEY = pytest.StashKey[Any]()  # Settings of a test no marker changes: the run's
@@ -301,6 +302,9 @@ def help_group(s: Setting) -> str:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Every row's option and ini key: the one place either is added."""
+    used = registry.families()
+    if registry.reserve_pytest_options(_pytest_has(parser)) and registry.families() != used:
+        _tables()  # a family that takes one of pytest's options is left out (the header says)
     for s in TABLE:
         if s.option is not None:
             default = s.unset if s.default is None else s.default
@@ -323,8 +327,6 @@ def _as_text(value: Any) -> str:
 
 # Defaults that come from the run, not the code: in launcher mode the world size it started.
 RUN_DEFAULTS = pytest.StashKey[dict[str, str]]()
-
-NARROWABLE = ("world_size", "backend") + tuple(s.name for s in PARAMETRIZING)
 
 
 def _given(config: pytest.Config, s: Setting) -> tuple[str | None, str | None]:

@@ -153,3 +153,124 @@ def test_the_record_type_is_defined_once():
                    isinstance(t, ast.Name) and t.id == "Record"
                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))]
     assert defined == ["pytest_distbench.results.document.record"]
+
+
+def test_pytest_is_used_through_its_public_api():
+    """No import of pytest's private `_pytest` package: its layout changes between releases
+    (issue 51 item 6)."""
+    private = [module for module, path in MODULES.items()
+               for node in ast.walk(ast.parse(path.read_text()))
+               for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                            else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                            else [])
+               if name.split(".")[0] == "_pytest"]
+    assert private == []
+
+
+# -- issue 51's targets: a point owns its runs, one way to run one --------------------------
+
+def _trees(paths) -> dict[str, ast.AST]:
+    return {str(p.relative_to(PACKAGE)): ast.parse(p.read_text()) for p in paths}
+
+
+RECORD_NAMES = {"record", "first", "placed"}  # what the package calls a record dict
+# The session's pipeline: everything but the families and the results file's own readers and
+# writer (which make records of their own from a file: build.py, nccl_tests.py, upgrade.py).
+PIPELINE = _trees(p for p in PACKAGE.rglob("*.py") if "families" not in p.parts
+                  and p.name not in ("build.py", "nccl_tests.py", "upgrade.py"))
+
+
+def _writes_into(node: ast.AST, names: set[str]) -> bool:
+    """A subscript store `x[...] = ` or a mutating call `x.update(...)` on one of `names`."""
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                   and t.value.id in names for t in targets)
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("update", "clear", "pop", "setdefault")
+            and isinstance(node.func.value, ast.Name) and node.func.value.id in names)
+
+
+def test_records_are_written_by_two_files_only():
+    """records.py makes a run's record, points.py the point's (record_of): no other file of
+    the session's pipeline writes into a record (7 files before issue 51)."""
+    writers = {path for path, tree in PIPELINE.items()
+               if any(_writes_into(n, RECORD_NAMES) for n in ast.walk(tree))}
+    assert writers == {"harness/controller/records.py", "harness/controller/points.py"}
+
+
+def test_nothing_of_the_harness_goes_into_a_familys_figures():
+    """The rank and the session write no key into `figures` (headline_statistic and
+    stopped_at_sample_cap on the rank, a rate's interval moved aside at the seal, before
+    schema 3); the family's figures are what it made."""
+    writers = {path for path, tree in PIPELINE.items()
+               if path.startswith(("harness/", "results/document/session_intervals"))
+               and any(_writes_into(n, {"figures"}) for n in ast.walk(tree))}
+    assert writers == set()
+
+
+def test_no_record_is_rewritten_in_place_and_no_key_list_is_kept_by_hand():
+    """A point's runs replace `kept.clear(); kept.update(chosen)` and the seal's
+    `record.clear(); record.update(sealed)`; revisits.OF_THE_TEST is gone."""
+    clears = [path for path, tree in PIPELINE.items() for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr == "clear" and isinstance(n.func.value, ast.Name)
+              and n.func.value.id in RECORD_NAMES | {"kept"}]
+    assert clears == []
+    assert "OF_THE_TEST" not in (PACKAGE / "harness/controller/revisits.py").read_text()
+
+
+def test_one_run_protocol_and_two_implementations():
+    """run_item: one Protocol (at most 50 lines), implemented by local worlds and the
+    launcher; nothing calls run_item inside a run_item (A/B rounds and revisits are
+    schedules); the sessions the modes hand around are typed, not Any."""
+    trees = _trees(PACKAGE.rglob("*.py"))
+    defined = {}
+    for path, tree in trees.items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "run_item":
+                    protocol = any(getattr(b, "id", "") == "Protocol" for b in cls.bases)
+                    defined[f"{path}:{cls.name}"] = (protocol, cls.end_lineno - cls.lineno + 1,
+                                                     [a.arg for a in fn.args.kwonlyargs])
+                    assert not [c for c in ast.walk(fn) if isinstance(c, ast.Attribute)
+                                and c.attr == "run_item"], f"{path}: run_item inside run_item"
+    assert set(defined) == {"harness/controller/runs.py:Runner",
+                            "harness/local/session.py:LocalSession",
+                            "harness/launcher/session.py:LauncherSession"}
+    protocol, lines, signature = defined["harness/controller/runs.py:Runner"]
+    assert protocol and lines <= 50
+    assert {tuple(s) for _, _, s in defined.values()} == {tuple(signature)}  # one signature
+    seams = ("plugin.py", "gating.py", "harness/launcher/plugin.py", "harness/xdist/mode.py",
+             "harness/controller/revisits.py")
+    untyped = [f"{path}:{n.lineno}" for path in seams for n in ast.walk(trees[path])
+               if isinstance(n, (ast.arg, ast.AnnAssign)) and getattr(n, "annotation", None)
+               is not None and ast.unparse(n.annotation) == "Any"
+               and (getattr(n, "arg", None) or ast.unparse(getattr(n, "target", n)))
+               in ("session", "runner", "distbench", "self.session")]
+    assert untyped == []
+
+
+def test_points_enter_the_session_one_way():
+    """Points.add, the store's one mutating method: no list of records extended, assigned or
+    swapped from outside (4 ways before issue 51)."""
+    mutating = {"add", "append", "extend", "insert", "update", "clear", "remove"}
+    calls = {n.func.attr for tree in PIPELINE.values() for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in mutating and (
+                 (isinstance(n.func.value, ast.Attribute)
+                  and n.func.value.attr in ("points", "records"))
+                 or (isinstance(n.func.value, ast.Name) and n.func.value.id == "keep"))}
+    assigned = [n for tree in PIPELINE.values() for n in ast.walk(tree)
+                if isinstance(n, ast.Assign) and any(
+                    isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)
+                    and t.value.attr == "records" for t in n.targets)]
+    assert calls == {"add"} and assigned == []
+
+
+def test_the_controller_and_ab_mode_stay_small():
+    """harness/controller/ and harness/ab/: issue 51's target is 1,532 lines (what they had
+    before the point store); held here at what they have after it, not to grow."""
+    lines = sum(len(p.read_text().splitlines()) for folder in ("controller", "ab")
+                for p in (PACKAGE / "harness" / folder).glob("*.py"))
+    assert lines <= 1580

@@ -46,11 +46,10 @@ def record(name: str, value: float, kind: str, printed: float | None, sampling: 
         out["sampling_ci"].update(low=own[0], high=own[1])
     else:
         out["figures"] = {"msgs_per_s": value, "total_messages": value, "total_s": 1.0,
-                          "rate_ci_pct": None if printed is None else 100 * printed,
-                          "msgs_per_s_ci_low": bounds and bounds[0],
-                          "msgs_per_s_ci_high": bounds and bounds[1],
-                          "sampling_rate_ci": {"low": own[0], "high": own[1],
-                                               "pct": 100 * sampling}}
+                          "rate_ci_pct": 100 * sampling, "msgs_per_s_ci_low": own[0],
+                          "msgs_per_s_ci_high": own[1]}
+        out["rate_ci"] = {"low": bounds and bounds[0], "high": bounds and bounds[1],
+                          "half_width_pct": None if printed is None else 100 * printed}
     return out
 
 

@@ -603,12 +603,13 @@ def test_a_cuda_world_s_probe_fails_its_impossible_figure_and_goes_to_the_file(d
     fine = dict(cuda_record(1 << 30, "cuda-batch", 20), algbw_gbps=2095.0, busbw_gbps=0.0)
     impossible = dict(cuda_record(1 << 30, "cuda-graph", 20), id="graph", name="graph",
                       algbw_gbps=5_099_682.0, busbw_gbps=0.0)
-    text = records.mark_invalid([fine, impossible])
-    assert "invalid" not in fine
-    assert impossible["invalid"] == [
+    invalid = [records.violations(fine), records.violations(impossible)]
+    text = records.invalid_text([fine, impossible], invalid)
+    assert invalid[0] == ()
+    assert list(invalid[1]) == [
         "bandwidth within the GPU's memory: algorithm bandwidth 5.1e+06 GB/s is above twice "
         "this GPU's measured copy rate (2000 GB/s: a copy reads and writes each byte, so its "
         "memory moved 4000 GB/s)"]
     assert text.startswith("a figure that is physically impossible is not printed")
     assert device_bounds.measured_bounds().as_dict()["device_copy_gbps"] == pytest.approx(2000)
-    assert "5,099,682" not in render_tables([fine, impossible])
+    assert "5,099,682" not in render_tables([fine, dict(impossible, invalid=list(invalid[1]))])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.controller.outcome import describe_problems
+from pytest_distbench.harness.failures import describe_problems
 from pytest_distbench.harness.launcher.agreement import first_difference
 from pytest_distbench.harness.launcher.detect import (
     DEFAULT_PORT,

@@ -45,6 +45,9 @@ def full_record() -> Record:
                      "half_width_pct": None},
         revisits=[2e-5],
         requested_nbytes=[64], ab={"ratio": 1.0}, peak_rss_bytes=[1, 2], timing="host-each",
+        headline_statistic="mean", stopped_at_sample_cap=False,
+        rate_ci={"level": 0.95, "low": 9.0, "high": 11.0, "half_width_pct": 10.0,
+                 "mbps_low": 0.1, "mbps_high": 0.2},
         batch_iterations=1, peak_gpu_allocated_bytes=[0, 0], peak_gpu_reserved_bytes=[0, 0],
         timed_ranks=[0, 1], elapsed_s=[6e-5, None], invalid=["a rule"], duration_s=1.0,
         precision={"target": 0.05, "achieved": None, "met": False, "stopped_by": "budget",
@@ -168,3 +171,35 @@ def test_normalize_fills_only_nullable_keys_of_the_type():
 
 def test_the_summary_the_schema_checks_is_the_one_statistics_makes():
     assert tuple(f.name for f in dataclasses.fields(Summary)) == SUMMARY_KEYS
+
+
+def test_a_schema_2_rate_record_is_read_in_schema_3s_layout(tmp_path):
+    """Schema 3 took the harness's keys out of a family's figures (issue 51): a file of
+    schema 2 is still read, its printed rate interval as `rate_ci`, the run's own back in
+    `figures`, the headline statistic and the sample-cap stop as the record's own."""
+    import json
+
+    from results_data import ENVIRONMENT, benchmark_record
+
+    from pytest_distbench.results.document.build import make_document
+    from pytest_distbench.results.document.io import read_document
+
+    record = benchmark_record(1000, [1e-3] * 10)
+    record["figures"] = {"msgs_per_s": 1000.0, "msgs_per_s_ci_low": 900.0,
+                         "msgs_per_s_ci_high": 1100.0, "mbps_ci_low": 0.9,
+                         "mbps_ci_high": 1.1, "rate_ci_pct": 10.0,
+                         "headline_statistic": "mean", "stopped_at_sample_cap": True,
+                         "sampling_rate_ci": {"low": 990.0, "high": 1010.0, "pct": 1.0}}
+    doc = make_document([record], ENVIRONMENT, ["pytest"])
+    doc["distbench"]["schema_version"] = 2
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    [bench] = read_document(path)["benchmarks"]
+    read = bench["distbench"]
+    assert read["figures"] == {"msgs_per_s": 1000.0, "msgs_per_s_ci_low": 990.0,
+                               "msgs_per_s_ci_high": 1010.0, "mbps_ci_low": 0.99,
+                               "mbps_ci_high": 1.01, "rate_ci_pct": 1.0}
+    assert read["rate_ci"] == {"level": 0.95, "low": 900.0, "high": 1100.0,
+                               "half_width_pct": 10.0, "mbps_low": 0.9, "mbps_high": 1.1}
+    assert (read["headline_statistic"], read["stopped_at_sample_cap"]) == ("mean", True)
+    validate_record(read, "")

@@ -88,8 +88,7 @@ def test_a_rank_that_started_late_times_a_shorter_region_of_a_run_that_kept_its_
 
 
 def test_a_duration_run_stopped_at_its_sample_cap_is_not_held_to_it():
-    record = _record([0.001], duration_s=10.0, elapsed_s=[1.0],
-                     figures={"stopped_at_sample_cap": True})
+    record = _record([0.001], duration_s=10.0, elapsed_s=[1.0], stopped_at_sample_cap=True)
     assert violations(record) == []
 
 

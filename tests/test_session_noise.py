@@ -163,16 +163,15 @@ def test_no_noise_the_runs_own_interval_and_the_reason(missing):
 
 def test_a_rate_record_widens_its_rate_interval_and_keeps_its_own():
     record = _record()
-    record["figures"] = {"msgs_per_s": 1000.0, "msgs_per_s_ci_low": 990.0,
-                         "msgs_per_s_ci_high": 1010.0, "rate_ci_pct": 1.0,
-                         "headline_statistic": "mean"}
-    record["nbytes"] = 1000
+    own = {"msgs_per_s": 1000.0, "msgs_per_s_ci_low": 990.0, "msgs_per_s_ci_high": 1010.0,
+           "rate_ci_pct": 1.0}
+    record.update(figures=dict(own), headline_statistic="mean", nbytes=1000)
     record = with_interval(record, Evidence(SESSION, RunNoise(0.1, 10, 20, 10), "p2p"))
-    figures = record["figures"]
-    assert figures["sampling_rate_ci"] == {"low": 990.0, "high": 1010.0, "pct": 1.0}
-    assert figures["msgs_per_s_ci_low"] < 990 and figures["msgs_per_s_ci_high"] > 1010
-    assert figures["mbps_ci_low"] == pytest.approx(figures["msgs_per_s_ci_low"] / 1000)
-    assert figures["rate_ci_pct"] > 20  # t(10) x 10 % on each side
+    assert record["figures"] == own  # the family's own, as the run made it
+    rate = record["rate_ci"]
+    assert rate["low"] < 990 and rate["high"] > 1010
+    assert rate["mbps_low"] == pytest.approx(rate["low"] / 1000)
+    assert rate["half_width_pct"] > 20  # t(10) x 10 % on each side
 
 
 def test_runs_in_different_regimes_are_named_and_spanned():
@@ -199,7 +198,7 @@ def test_a_latency_with_rate_figures_is_judged_on_its_p50():
     assert record["precision"]["achieved"] == ci["half_width_pct"] / 100
     # Missed by its own runs' disagreement: the tables' `*`.
     assert record["precision"]["met"] is False and record["precision"]["own_short"] is True
-    assert "sampling_rate_ci" not in record["figures"]
+    assert "rate_ci" not in record
 
 
 def test_a_target_missed_only_by_the_strata_noise_is_not_the_points_own():
@@ -260,7 +259,7 @@ def test_a_rate_is_a_stratum_apart_from_the_p50_times_of_its_family():
     settings = SimpleNamespace(iterations=None, duration=None, budget=0.5)
     latency = {**_record(2e-4), "family": "p2p_latency", "backend": "gloo", "world_size": 2}
     bandwidth = {**latency, "family": "p2p_bandwidth",
-                 "figures": {"headline_statistic": "mean", "msgs_per_s": 8000.0,
-                             "rate_ci_pct": 3.0}}
+                 "headline_statistic": "mean",
+                 "figures": {"msgs_per_s": 8000.0, "rate_ci_pct": 3.0}}
     assert stratum_of(latency, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms"
     assert stratum_of(bandwidth, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms, rates"

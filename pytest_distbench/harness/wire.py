@@ -203,6 +203,11 @@ class Measurement:
     stop: PrecisionStop | None = None
     # Why the measured call moves no data (one rank, in place): no bandwidth is computed.
     moves_no_data: str | None = None
+    # What the headline is: "p50" (the median iteration) or "mean" (a rate over the whole
+    # timed region, whose printed interval is the rate's).
+    headline_statistic: str = "p50"
+    # A duration-bound run that stopped early at MAX_DURATION_SAMPLES (measure.py).
+    stopped_at_sample_cap: bool = False
 
 
 @dataclass

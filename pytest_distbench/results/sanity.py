@@ -117,8 +117,7 @@ def _duration(record: Record) -> list[str]:
     on an oversubscribed machine) times a shorter region of the same run. Late is judged per
     rank: no rank may run on past the stop."""
     requested = record.get("duration_s")
-    figures = record.get("figures") or {}
-    if not _number(requested) or requested <= 0 or figures.get("stopped_at_sample_cap"):
+    if not _number(requested) or requested <= 0 or record.get("stopped_at_sample_cap"):
         return []
     samples = [x for x in record.get("samples") or [] if _number(x)]
     early = DURATION_TOLERANCE * requested

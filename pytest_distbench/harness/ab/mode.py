@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from ...results.document.record import ABField, Record
+from ...results.document.record import ABField
 from ...results.statistics import paired, stats
 from ...settings import Settings
 from ..controller.outcome import prepare
-from ..controller.records import summarize_record
+from ..controller.points import Point, Points, merged_rounds
+from ..controller.runs import Runner
 from ..local.session import LocalSession
 from ..local.world import PRELOAD
 from ..wire import WorldKey
@@ -64,6 +65,7 @@ class ABMode:
     interpreter: InterpreterFacts | None
     outcomes: list[ABOutcome] = field(default_factory=list)
     _server: VariantServer | None = None
+    _points: Points = field(default_factory=Points)  # the session's (start)
 
     @property
     def description(self) -> str:
@@ -78,7 +80,8 @@ class ABMode:
 
     def start(self, session: LocalSession) -> None:
         """Start the baseline's forkserver now, so its imports overlap collection; the
-        session's baseline worlds fork from it."""
+        session's baseline worlds fork from it, and it keeps the merged points."""
+        self._points = session.points
         self._server = VariantServer(
             preload=list(PRELOAD), env_overrides=dict(self.env_overrides),
             interpreter=self.interpreter,
@@ -92,48 +95,54 @@ class ABMode:
 
     # -- running ----------------------------------------------------------------------------
 
-    def run_item(self, session: LocalSession, item: pytest.Function, settings: Settings,
-                 key: WorldKey) -> list[dict[str, Any]]:
-        """Run the rounds; record the candidate (rounds merged); fail on a regression."""
+    def run_test(self, runner: Runner, item: pytest.Function, settings: Settings,
+                 key: WorldKey, fresh_world_after: bool = False) -> list[Point]:
+        """runs.Schedule of A/B mode: the rounds; keep the candidate's points (rounds
+        merged), judged here: none left for the caller to report; fail on a regression."""
         import time
 
         began = time.perf_counter()
         task = prepare(item, settings)
         tasks = {CANDIDATE: task, BASELINE: self._baseline_task(task)}
-        runs: dict[str, list[list[dict[str, Any]]]] = {BASELINE: [], CANDIDATE: []}
+        runs: dict[str, list[list[Point]]] = {BASELINE: [], CANDIDATE: []}
         for r in range(self.rounds):
             order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
             for variant in order:
-                runs[variant].append(session.run_item(
+                runs[variant].append(runner.run_item(
                     item, settings, dataclasses.replace(key, variant=variant),
                     task=tasks[variant]))
         wall = time.perf_counter() - began
-        merged = [merge_rounds([rnd[i] for rnd in runs[CANDIDATE]])
-                  for i in range(len(runs[CANDIDATE][0]))]
-        failures = []
-        for i, record in enumerate(merged):
-            base_rounds = [rnd[i]["summary"] for rnd in runs[BASELINE]]
-            cand_rounds = [rnd[i]["summary"] for rnd in runs[CANDIDATE]]
-            base_stat = [round_value(rnd[i]["samples"]) for rnd in runs[BASELINE]]
-            cand_stat = [round_value(rnd[i]["samples"]) for rnd in runs[CANDIDATE]]
+        count = len(runs[CANDIDATE][0])
+        failures, merged = [], []
+        for i in range(count):
+            base = [rnd[i].first.record for rnd in runs[BASELINE]]
+            cand = [rnd[i].first.record for rnd in runs[CANDIDATE]]
+            first = runs[CANDIDATE][0][i]
+            base_stat = [round_value(r["samples"]) for r in base]
+            cand_stat = [round_value(r["samples"]) for r in cand]
             try:
                 verdict = paired.judge_paired(base_stat, cand_stat, settings.threshold)
             except ValueError as exc:  # e.g. a time of 0: a clock too coarse for the body
-                pytest.fail(f"A/B: cannot compare {record['name']}: {exc}", pytrace=False)
+                pytest.fail(f"A/B: cannot compare {first.first.record['name']}: {exc}",
+                            pytrace=False)
+            record = first.first.record
             outcome = ABOutcome(record["id"], record["name"], record["family"],
-                                record.get("nbytes"), [s["p50"] for s in base_rounds],
-                                [s["p50"] for s in cand_rounds], verdict,
-                                wall / max(len(merged), 1), base_stat, cand_stat)
+                                record.get("nbytes"), [r["summary"]["p50"] for r in base],
+                                [r["summary"]["p50"] for r in cand], verdict,
+                                wall / max(count, 1), base_stat, cand_stat)
             self.outcomes.append(outcome)
-            record["ab"] = ab_field(outcome, self.description)
-            record["ab"]["baseline_rounds"] = base_rounds
-            record["ab"]["candidate_rounds"] = cand_rounds
+            ab = ab_field(outcome, self.description)
+            ab["baseline_rounds"] = [r["summary"] for r in base]
+            ab["candidate_rounds"] = [r["summary"] for r in cand]
+            merged.append(Point(first.id, merged_rounds([rnd[i].first
+                                                         for rnd in runs[CANDIDATE]]),
+                                live_reports=first.live_reports, ab=ab))
             if verdict.kind == "regression":
                 failures.append(failure_message(outcome, self.description))
-        session.records.extend(merged)
+        self._points.add(merged)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-        return merged
+        return []
 
     def _baseline_task(self, task: Any) -> Any:
         if self.interpreter is None or self._server is None:
@@ -148,24 +157,6 @@ class ABMode:
 def round_value(samples: list[float]) -> float:
     """The ROUND_STATISTIC of one round's samples (seconds per iteration)."""
     return min(samples)
-
-
-def merge_rounds(records: list[Record]) -> Record:
-    """One record of the same benchmark measured in several rounds: samples in time order."""
-    first = dict(records[0])
-    summarize_record(first, [[s for r in records for s in r["rank_samples"][rank]]
-                             for rank in range(len(first["rank_samples"]))])
-    if first.get("wrong") is not None:
-        first["wrong"] = sum(r["wrong"] or 0 for r in records)
-    elapsed = [r.get("elapsed_s") for r in records]
-    first.pop("elapsed_s", None)
-    # The rounds' timed regions, one after another, per rank (a duration run's rounds were
-    # each held to the duration when they were judged).
-    if all(elapsed) and first.get("duration_s") is None:
-        first["elapsed_s"] = [None if any(e[rank] is None for e in elapsed)
-                              else sum(e[rank] for e in elapsed)
-                              for rank in range(len(elapsed[0]))]
-    return first
 
 
 def _finite(x: float) -> float | None:

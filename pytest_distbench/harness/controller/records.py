@@ -2,9 +2,10 @@
 they travelled) merged into one Record per `distbench.measure()` call, summarised and checked.
 
 A record leaves here with what its own run knows: samples, summary, figures, the run's own
-sampling interval (`sampling_ci`) and, for a precision-targeted run, its stop. Its printed
-interval (`p50_ci`, a rate's `figures.*_ci_*`) and `precision.achieved/met` are written once,
-at the end of the test loop, by results/document/session_intervals.seal.
+sampling interval (`sampling_ci`) and, for a precision-targeted run, its stop; it becomes a
+points.Run with what the controller judged of it (its broken sanity rules, its share of the
+peak), never written to again. Its printed interval (`p50_ci`, a rate's `figures.*_ci_*`) and
+`precision.achieved/met` are placed by points.record_of.
 """
 
 from __future__ import annotations
@@ -16,41 +17,56 @@ import pytest
 from ... import registry
 from ...registry import completed_figures
 from ...results import peaks, sanity
-from ...results.document.record import Pressure, Record
+from ...results.document.record import OfPeak, Pressure, Record
 from ...results.document.schema import RecordError, check_record
-from ...results.statistics import interval, stats
+from ...results.document.summary import summary_of
 from ...settings import Settings, of_session
 from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
-from .session import SESSION_KEY
+from .points import NOT_JUDGED, Point, Run
 
 
-def add_peaks(config: pytest.Config, records: list[Record]) -> None:
-    """Each valid record's bandwidth as a share of its peak (results/peaks.py): the declared
-    one, else measured here, else published for its GPU (worlds on one host only). Only
-    records of nccl-tests style tables, whose legend names the peak (a family's own style
-    shows its own figures)."""
-    declared = of_session(config).peak_busbw or {}
-    session = config.stash.get(SESSION_KEY, None)
-    one_host = session is None or not session.external
-    for record in records:
-        if (not record.get("invalid") and not record.get("incomplete")
-                and registry.table_style(record["family"]) is None):
-            peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
-            record["of_peak"] = peaks.of_peak(record, peak)
+def points_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measurement]],
+                  settings: Settings, live_reports: dict[str | None, list[Any]],
+                  one_host: bool) -> tuple[list[Point], str]:
+    """One run's points, one per measure() call: its record merged from every rank, held to
+    the physical sanity rules, its share of the peak, what the test printed live; and the
+    text of the rules broken ("" if none)."""
+    records = build_records(item, key, per_rank, settings)
+    invalid = [violations(record) for record in records]
+    declared = of_session(item.config).peak_busbw or {}
+    points = [Point(record["id"], Run(record, broken, of_peak(declared, record, broken, one_host),
+                                      key.variant),
+                    live_reports=live_reports.get(measurement.name) or None)
+              for record, broken, measurement in zip(records, invalid, per_rank[0], strict=True)]
+    return points, invalid_text(records, invalid)
 
 
-def mark_invalid(records: list[Record]) -> str:
-    """Hold every record to the physical sanity rules; a record that breaks one is marked
-    `invalid` (kept in the results file, never shown as a figure). The failure text, or ""."""
-    lines = []
-    for record in records:
-        broken = sanity.violations(record, machine_bounds())
-        if broken and sanity.violations(record) != broken:  # a machine limit broken: confirm it
-            broken = sanity.violations(record, refined_bounds())
-        if broken:
-            record["invalid"] = broken
-            lines.append(f"{record['name']}: " + "; ".join(broken))
+def of_peak(declared: dict[str, float], record: Record, invalid: tuple[str, ...],
+            one_host: bool) -> OfPeak | None | str:
+    """A valid record's bandwidth as a share of its peak (results/peaks.py): the declared
+    one, else measured here, else published for its GPU (`one_host`: worlds on one host
+    only). Only records of nccl-tests style tables, whose legend names the peak (a family's
+    own style shows its own figures): NOT_JUDGED for every other."""
+    if invalid or record.get("incomplete") or registry.table_style(record["family"]) is not None:
+        return NOT_JUDGED
+    peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
+    return peaks.of_peak(record, peak)
+
+
+def violations(record: Record) -> tuple[str, ...]:
+    """The physical sanity rules `record` breaks: a record that breaks one is `invalid`
+    (kept in the results file, never shown as a figure)."""
+    broken = sanity.violations(record, machine_bounds())
+    if broken and sanity.violations(record) != broken:  # a machine limit broken: confirm it
+        broken = sanity.violations(record, refined_bounds())
+    return tuple(broken)
+
+
+def invalid_text(records: list[Record], invalid: list[tuple[str, ...]]) -> str:
+    """The failure text of the records' broken rules, or ""."""
+    lines = [f"{record['name']}: " + "; ".join(broken)
+             for record, broken in zip(records, invalid, strict=True) if broken]
     if not lines:
         return ""
     return ("a figure that is physically impossible is not printed (kept in the results file "
@@ -142,10 +158,12 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
         "duration_s": first.duration_s,
         "pressure": _pressure_record(ms),
         "timing": first.timing,
+        "headline_statistic": first.headline_statistic,
+        "stopped_at_sample_cap": first.stopped_at_sample_cap,
         "batch_iterations": first.batch_iterations,
         "peak_gpu_allocated_bytes": _per_rank(m.peak_gpu_allocated_bytes for m in ms),
         "peak_gpu_reserved_bytes": _per_rank(m.peak_gpu_reserved_bytes for m in ms),
-    }  # samples and summary, which every Record has, are added by summarize_record below
+    }  # samples and summary, which every Record has, are added by summary_of below
     if first.incomplete:
         record["incomplete"] = first.incomplete
     timed = [r for r, m in enumerate(ms) if m.timed]
@@ -154,7 +172,7 @@ def record_of(item: pytest.Function, key: Any, ms: list[Measurement], params: di
     if all(m.elapsed_s is not None for m in ms):
         record["elapsed_s"] = [m.elapsed_s if m.timed else None for m in ms]
     # An untimed rank's samples are an empty list: its loop is no figure of anything.
-    summarize_record(record, [m.samples if m.timed else [] for m in ms])
+    record.update(summary_of(record, [m.samples if m.timed else [] for m in ms]))
     record["figures"] = completed_figures(record)
     _precision_record(record, first.stop)
     return record
@@ -173,28 +191,3 @@ def _precision_record(record: Record, stop: PrecisionStop | None) -> None:
     record["precision"] = {"target": stop.target, "statistic": stop.statistic,
                            "stopped_by": stop.stopped_by,
                            "sampling_achieved": None if pct is None else pct / 100}
-
-
-def summarize_record(record: Record, rank_samples: list[list[float]]) -> None:
-    """Fill in what a record derives from its per-rank samples (an iteration lasts as long
-    as its slowest rank): samples, summary, its p50's 95 % interval, bandwidths, skew,
-    stalls. A rank whose list is empty took no part (record["timed_ranks"]) and is left out of
-    every figure. A call that moves no data (record["moves_no_data"]) has no bandwidth: its
-    bytes over its time would be a rate of nothing (one rank's in-place all_reduce printed
-    5,099,682 GB/s on an H200)."""
-    timed = [s for s in rank_samples if s]
-    samples = stats.per_iteration_max(timed)
-    summary = stats.summarize(samples)
-    nbytes = None if record.get("moves_no_data") else record.get("nbytes")
-    algbw = stats.algbw_gbps(nbytes, summary.p50) if nbytes and summary.p50 > 0 else None
-    record.update(
-        iterations=len(samples),
-        samples=samples,
-        rank_samples=rank_samples,
-        summary=summary.as_dict(),
-        sampling_ci=interval.p50_interval(samples, summary.p50),
-        algbw_gbps=algbw,
-        busbw_gbps=None if algbw is None else stats.busbw_gbps(algbw, record["busbw_factor"]),
-        skew=stats.rank_skew(timed),
-        stalls=stats.stall_count(samples),
-    )

@@ -33,7 +33,6 @@ from ...results.document.session_intervals import (
     SESSION,
     SO_FAR,
     Evidence,
-    headline,
     is_rate,
     rounds_evidence,
 )
@@ -45,42 +44,44 @@ from ...results.statistics.noise import (
     stratum_noise,
     time_class,
 )
+from ...settings import Settings
+from ..wire import WorldKey
+from .points import Point
+from .runs import Runner
 
 REVISIT_GAP_S = 2.0
 PER_GROUP = 5
 # Degrees of freedom below which the noise is too unsure to loosen a run's stop (t > 3.2).
 MIN_DOF_TO_STOP = 2
-# What a record keeps of its first run when a later run becomes its headline: what was said
-# of the test itself, not of one run.
-OF_THE_TEST = ("live_reports", "requested_nbytes")
 
 
 @dataclass
-class Point:
-    """One test that ran, and its records' runs (record id -> the records of its runs, the
-    session's own first)."""
+class Visit:
+    """One test that ran, as a revisit runs it again, and its points (points.Point: record
+    id -> the point, whose runs its revisits join)."""
 
     item: pytest.Function
     settings: Any
     task: Any  # the wire.RunTest, made while the test's fixtures were still set up
     key: Any
     fresh_world_after: bool
-    stratum: str  # its first record's: where its revisits are counted
+    stratum: str  # its first point's: where its revisits are counted
     finished_at: float
     seconds: float  # what its run took: a revisit costs about as much
-    runs: dict[str, list[Record]] = field(default_factory=dict)
+    points: dict[str, Point] = field(default_factory=dict)
     revisits: int = 0
 
 
 class Revisits:
     def __init__(self, per_group: int = PER_GROUP) -> None:
         self.per_group = per_group
-        self.points: dict[str, list[Point]] = {}  # stratum -> the points counted there
-        self._runs: dict[str, dict[str, list[Record]]] = {}  # stratum -> record id -> runs
+        self.visits: dict[str, list[Visit]] = {}  # stratum -> the tests counted there
+        self._points: dict[str, dict[str, Point]] = {}  # stratum -> record id -> point
         self._stratum_of: dict[str, str] = {}  # record id -> its stratum
         self._strata_of_test: dict[tuple[str, str], set[str]] = {}
         self._noise: dict[str, RunNoise | None] = {}  # stratum -> its pooled noise (cache)
         self._last_revisit: dict[str, float] = {}
+        self._pending: Visit | None = None  # due after the test noted last
         self.runs = 0  # revisits run, and the seconds they took
         self.seconds = 0.0
 
@@ -102,104 +103,104 @@ class Revisits:
 
     # -- after a test -------------------------------------------------------------------------
 
-    def after_test(self, session: Any, item: pytest.Function, settings: Any, task: Any,
-                   key: Any, records: Sequence[Record], fresh_world_after: bool,
-                   seconds: float) -> None:
-        """Note the point (`seconds`: what its run in the world took) and revisit an earlier
-        point of its stratum when one is due."""
+    def note(self, item: pytest.Function, settings: Any, task: Any, key: Any,
+             points: Sequence[Point], fresh_world_after: bool, seconds: float) -> None:
+        """Note a test's own points (`seconds`: what its run in the world took), and whether
+        an earlier test of their stratum is due a revisit (revisit_due runs it)."""
         if not self.per_group:
             return
-        measured = [r for r in records if headline(r) is not None
-                    and registry.prints_interval(r["family"])]
+        measured = [p for p in points if p.first.figure is not None
+                    and registry.prints_interval(p.first.record["family"])]
         if not measured:
             return
-        strata = {r["id"]: stratum_of(r, settings) for r in measured}
+        strata = {p.id: stratum_of(p.first.record, settings) for p in measured}
         self._strata_of_test.setdefault(_test_key(item), set()).update(strata.values())
-        stratum = strata[measured[0]["id"]]
-        point = Point(item, settings, task, key, fresh_world_after, stratum, time.monotonic(),
-                      seconds, {r["id"]: [r] for r in measured})
-        due = self._due(stratum)
-        self.points.setdefault(stratum, []).append(point)
-        for record_id, stratum_here in strata.items():
-            self._stratum_of[record_id] = stratum_here
-            self._runs.setdefault(stratum_here, {})[record_id] = point.runs[record_id]
-            self._noise.pop(stratum_here, None)
-        if due is not None:
-            self._revisit(session, due)
+        stratum = strata[measured[0].id]
+        visit = Visit(item, settings, task, key, fresh_world_after, stratum, time.monotonic(),
+                      seconds, {p.id: p for p in measured})
+        self._pending = self._due(stratum)
+        self.visits.setdefault(stratum, []).append(visit)
+        for point in measured:
+            self._stratum_of[point.id] = strata[point.id]
+            self._points.setdefault(strata[point.id], {})[point.id] = point
+            self._noise.pop(strata[point.id], None)
 
-    def _due(self, stratum: str) -> Point | None:
-        """The point to revisit now, if any: the latest one measured at least REVISIT_GAP_S
+    def revisit_due(self, runner: Runner) -> None:
+        """Run the revisit the last test noted was due, if any (runs.Once, after the test)."""
+        due, self._pending = self._pending, None
+        if due is not None:
+            self._revisit(runner, due)
+
+    def _due(self, stratum: str) -> Visit | None:
+        """The test to revisit now, if any: the latest one measured at least REVISIT_GAP_S
         ago, once that long has passed since the stratum's last revisit too, so that the
         revisits spread over the session and over the points of a sweep."""
-        points = self.points.get(stratum, [])
+        visits = self.visits.get(stratum, [])
         now = time.monotonic()
-        if (sum(p.revisits for p in points) >= self.per_group
+        if (sum(v.revisits for v in visits) >= self.per_group
                 or now - self._last_revisit.get(stratum, -math.inf) < REVISIT_GAP_S):
             return None
-        old = [p for p in _affordable(points)
-               if not p.revisits and now - p.finished_at >= REVISIT_GAP_S]
+        old = [v for v in _affordable(visits)
+               if not v.revisits and now - v.finished_at >= REVISIT_GAP_S]
         return old[-1] if old else None
 
-    def _revisit(self, session: Any, point: Point) -> None:
-        point.revisits += 1
-        began = self._last_revisit[point.stratum] = time.monotonic()
+    def _revisit(self, runner: Runner, visit: Visit) -> None:
+        visit.revisits += 1
+        began = self._last_revisit[visit.stratum] = time.monotonic()
         self.runs += 1
         try:
-            records = session.run_item(point.item, point.settings, point.key,
-                                       fresh_world_after=point.fresh_world_after,
-                                       task=point.task, keep=False)
+            again = runner.run_item(visit.item, visit.settings, visit.key,
+                                    fresh_world_after=visit.fresh_world_after,
+                                    task=visit.task, keep=False)
         except (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception):
             return  # a revisit that fails only gives no figure; the test itself passed
         finally:
             self.seconds += time.monotonic() - began
-        for record in records or ():
-            if headline(record) is not None and record["id"] in point.runs:
-                point.runs[record["id"]].append(record)
-                self._noise.pop(self._stratum_of[record["id"]], None)
+        for new in again or ():
+            if new.first.figure is not None and new.id in visit.points:
+                visit.points[new.id].revisits.append(new.first)
+                self._noise.pop(self._stratum_of[new.id], None)
 
     # -- the interval -------------------------------------------------------------------------
 
     def noise(self, stratum: str) -> RunNoise | None:
         """The stratum's pooled noise, without the points whose runs are their own story."""
         if stratum not in self._noise:
-            runs = {rid: _figures(recs) for rid, recs in self._runs.get(stratum, {}).items()}
+            runs = {pid: p.figures() for pid, p in self._points.get(stratum, {}).items()}
             self._noise[stratum] = stratum_noise(runs)
         return self._noise[stratum]
 
-    def evidence(self, record: Record, final: bool = False) -> Evidence:
-        """What the session knows of `record`'s point now (`final`: at the end of the test
-        loop), for session_intervals.with_interval."""
-        if record.get("ab"):
-            return rounds_evidence(record)
+    def evidence(self, point: Point, final: bool = False) -> Evidence:
+        """What the session knows of `point` now (`final`: at the end of the test loop), for
+        points.record_of."""
+        if point.ab is not None:
+            return rounds_evidence(point.ab)
         basis = SESSION if final else SO_FAR
         if not self.per_group:
             return Evidence(basis, noise_missing=REVISITS_OFF)
-        stratum = self._stratum_of.get(record["id"])
-        if stratum is None:
+        stratum = self._stratum_of.get(point.id)
+        if stratum is None or self._points[stratum].get(point.id) is not point:
             return Evidence(basis, noise_missing=NOT_REVISITED)
-        runs = _figures(self._runs[stratum][record["id"]])
-        own = headline(record)
-        if own in runs:
-            runs.remove(own)  # the others: the record's own run is its headline
-        return Evidence(basis, self.noise(stratum), stratum, tuple(runs), NOT_REVISITED)
+        return Evidence(basis, self.noise(stratum), stratum, point.other_figures(),
+                        NOT_REVISITED)
 
     # -- the end of the test loop -------------------------------------------------------------
 
-    def finish(self, session: Any, more: bool = True) -> None:
+    def finish(self, runner: Runner, notes: list[str], more: bool = True) -> None:
         """Revisits for the strata the session left short (`per_group` each; none with
         `more` False: an interrupted or stopped session starts none), each revisited point's
-        headline made its median run, and a note of what the revisits cost."""
-        for points in self.points.values() if more else ():
-            order = sorted(_affordable(points), key=lambda p: (p.revisits, p.seconds))
+        record made its median run's, and a note of what the revisits cost."""
+        for visits in self.visits.values() if more else ():
+            order = sorted(_affordable(visits), key=lambda v: (v.revisits, v.seconds))
             index = 0
-            while sum(p.revisits for p in points) < self.per_group and order:
-                self._revisit(session, order[index % len(order)])
+            while sum(v.revisits for v in visits) < self.per_group and order:
+                self._revisit(runner, order[index % len(order)])
                 index += 1
-        for by_record in self._runs.values():
-            for runs in by_record.values():
-                _median_run_first(runs)
+        for by_id in self._points.values():
+            for point in by_id.values():
+                point.lead_with_median()
         if self.runs:
-            session.notes.extend(wrap(
+            notes.extend(wrap(
                 f"distbench: {self.runs} revisit(s) (earlier points run again to measure the "
                 f"run-to-run noise every ± carries) took {self.seconds:.1f} s; "
                 "--distbench-revisits=N sets how many per stratum"))
@@ -222,37 +223,30 @@ def stratum_of(record: Record, settings: Any) -> str:
     return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}{kind}"
 
 
-def _figures(runs: Sequence[Record]) -> list[float]:
-    return [value for r in runs if (value := headline(r)) is not None]
-
-
-def _median_run_first(runs: list[Record]) -> None:
-    """Make the session's record (runs[0], the object every reader holds) the run nearest
-    the median of the point's runs (the earliest of a tie), keeping what was said of the test
-    itself: the headline is the point's value in the session, not whichever run came first."""
-    values = _figures(runs)
-    if len(values) < 2 or len(values) != len(runs):
-        return
-    centre = sorted(values)[(len(values) - 1) // 2]
-    best = min(range(len(runs)), key=lambda i: (abs(math.log(values[i] / centre)), i))
-    if best == 0:
-        return
-    kept = runs[0]
-    chosen = {**runs[best], **{k: kept[k] for k in OF_THE_TEST if k in kept}}
-    runs[best] = dict(kept)  # type: ignore[assignment]  # the first run, now one of the others
-    kept.clear()
-    kept.update(chosen)
-
-
-def _affordable(points: Sequence[Point]) -> list[Point]:
-    """The points a revisit may repeat: none that took more than twice the stratum's median
+def _affordable(visits: Sequence[Visit]) -> list[Visit]:
+    """The tests a revisit may repeat: none that took more than twice the stratum's median
     (a TCPStore init that met a 5 s name-lookup stall would cost that again)."""
-    if not points:
+    if not visits:
         return []
-    ordered = sorted(p.seconds for p in points)
+    ordered = sorted(v.seconds for v in visits)
     typical = ordered[(len(ordered) - 1) // 2]
-    return [p for p in points if p.seconds <= 2 * typical]
+    return [v for v in visits if v.seconds <= 2 * typical]
 
 
 def _test_key(item: pytest.Function) -> tuple[str, str]:
     return (str(item.path), item.originalname)
+
+
+class Once:
+    """runs.Schedule of every mode but A/B: a test's own run, then a revisit of an earlier
+    test when one is due (`revisits` None where the mode cannot run a point again)."""
+
+    def __init__(self, revisits: Revisits | None) -> None:
+        self.revisits = revisits
+
+    def run_test(self, runner: Runner, item: pytest.Function, settings: Settings,
+                 key: WorldKey, fresh_world_after: bool) -> list[Point]:
+        points = runner.run_item(item, settings, key, fresh_world_after=fresh_world_after)
+        if self.revisits is not None:
+            self.revisits.revisit_due(runner)
+        return points

@@ -8,18 +8,14 @@ from typing import Any
 
 import pytest
 
-from ...results.document.session_intervals import (
-    SESSION,
-    UNDER_LAUNCHER,
-    Evidence,
-    seal,
-    with_interval,
-)
-from ...settings import Settings
+from ...results.document.record import Record
+from ...results.document.session_intervals import SESSION, UNDER_LAUNCHER, Evidence
+from .points import Point, Points, record_of
 
 
 class Session:
-    """The state a run's outputs are made from; each launch mode says how a test runs."""
+    """The state a run's outputs are made from; each launch mode says how a test runs (its
+    session is a runs.Runner too)."""
 
     external = False  # True where a launcher (torchrun, srun, mpirun) started the ranks
     reports = True  # False on a launched rank other than 0: rank 0 reports for all
@@ -28,7 +24,7 @@ class Session:
     revisits: Any = None
 
     def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+        self.points = Points()
         self.world_starts: list[tuple[str, float]] = []
         self.notes: list[str] = []
         self.comparison: Any = None  # verdict.Comparison of the whole run, when gating
@@ -54,30 +50,29 @@ class Session:
         self.rank_infos.extend(infos)
         note_rank_facts(infos)
 
-    def run_item(self, item: pytest.Function, settings: Settings, key: Any,
-                 fresh_world_after: bool = False, keep: bool = True) -> list[dict[str, Any]]:
-        """Run one test; return its records, or fail/skip it as pytest does."""
-        raise NotImplementedError
+    @property
+    def records(self) -> list[Record]:
+        """Every point's record, as the session knows it (sealed, at the end)."""
+        return self.points.records()
 
-    def evidence(self, record: dict[str, Any], final: bool = False) -> Evidence:
-        """What the session knows of `record`'s point for its printed interval (`final`: at
-        the end of the test loop). A mode that cannot revisit: the run's own interval."""
+    def evidence(self, point: Point, final: bool = False) -> Evidence:
+        """What the session knows of `point` for its printed interval (`final`: at the end of
+        the test loop). A mode that cannot revisit: the run's own interval."""
         if self.revisits is not None:
-            return self.revisits.evidence(record, final)
+            return self.revisits.evidence(point, final)
         return Evidence(SESSION, noise_missing=UNDER_LAUNCHER)
 
-    def view(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The records as the session knows them now: what the live closing line, -v, JUnit
-        and the per-test gate show (session_intervals.with_interval on copies)."""
-        return [with_interval(r, self.evidence(r)) for r in records]  # type: ignore[misc]
+    def view(self, points: list[Point]) -> list[Record]:
+        """The points' records as the session knows them now: what the live closing line,
+        -v, JUnit and the per-test gate show."""
+        return [record_of(p, self.evidence(p)) for p in points]
 
-    def seal(self) -> list[dict[str, Any]]:
-        """The end of the test loop: every record of this session gets its printed interval,
-        once; returned, for the pytest_distbench_record hooks (outputs.show_records). A record
-        that came sealed (from an xdist worker) is left alone."""
-        own = [r for r in self.records if "p50_ci" not in r]
-        seal(own, lambda r: self.evidence(r, final=True))  # type: ignore[arg-type]
-        return own
+    def seal(self) -> list[Record]:
+        """The end of the test loop: every point of this session gets its record, with its
+        printed interval, once; returned, for the pytest_distbench_record hooks
+        (outputs.show_records). A point that came sealed (from an xdist worker) is left
+        alone."""
+        return self.points.seal(lambda p: self.evidence(p, final=True))
 
     def environment_facts(self) -> dict[str, Any]:
         """What this launch mode adds to the results environment."""

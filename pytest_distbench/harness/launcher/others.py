@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ...settings import Settings
+from ..controller.points import Point
 from ..ranks.leftovers import is_running
 from ..wire import WorldKey
 from . import hang, wire
@@ -76,15 +77,12 @@ class OtherRankSession(LauncherSession):
         hang.exit_now(hang.EXIT_CODE, f"distbench rank {self.rank}: stopped by the launcher "
                                       "(SIGTERM); exiting after rank 0")
 
-    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
-        try:
-            return super().run_item(item, settings, key, fresh_world_after)
-        except StoreLost as exc:  # rank 0 hosted the store, and is gone
-            if self.watch.disarm():
-                self._lost_rank_0(item, f"the store stopped answering: {exc}")
-            hang.park()  # the verdict watch ends the process
-            return []
+    def _store_lost(self, item: pytest.Function, exc: StoreLost) -> list[Point]:
+        # rank 0 hosted the store, and is gone
+        if self.watch.disarm():
+            self._lost_rank_0(item, f"the store stopped answering: {exc}")
+        hang.park()  # the verdict watch ends the process
+        return []
 
     def _send(self, running: hang.Running, outcome: wire.Outcome) -> None:
         self.channel.set_text(running.key(wire.outcome(self.rank)),
@@ -96,7 +94,7 @@ class OtherRankSession(LauncherSession):
         return self.channel.poll([running.key(wire.VERDICT)], FAILURE_GRACE_S)
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+                    running: hang.Running, outcome: wire.Outcome) -> list[Point]:
         """End the test on this rank without waiting for rank 0's verdict.
 
         `settle` reads the verdict before the next body runs (or at the end of the session).

@@ -4,8 +4,7 @@ runner runs each test on every rank."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,6 +12,9 @@ from ... import settings as settings_module
 from ..controller.outcome import WORLD_SIZE_ARG
 from . import runkey
 from .detect import LaunchEnv, resolve
+
+if TYPE_CHECKING:
+    from .session import GateCheck, LauncherSession
 
 
 def configure(config: pytest.Config) -> LaunchEnv | None:
@@ -70,13 +72,12 @@ def _drop_log_capture(session: pytest.Session, rank: int) -> None:
         config.pluginmanager.unregister(plugin)
 
 
-def start(config: pytest.Config, launch: LaunchEnv,
-          gate_check: Callable[[Any, list[dict[str, Any]], Any, Any], None]) -> Any:
+def start(config: pytest.Config, launch: LaunchEnv, gate_check: GateCheck) -> LauncherSession:
     """The session of this rank (rank 0's role or the others'), with its hooks registered."""
     if launch.rank == 0:
         from .rank0 import RankZeroSession
 
-        session: Any = RankZeroSession(config, launch, gate_check)
+        session: LauncherSession = RankZeroSession(config, launch, gate_check)
     else:
         from .others import OtherRankSession
 
@@ -86,7 +87,7 @@ def start(config: pytest.Config, launch: LaunchEnv,
 
 
 class LauncherPlugin:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: LauncherSession) -> None:
         self.session = session
         self.launch: LaunchEnv = session.launch
 

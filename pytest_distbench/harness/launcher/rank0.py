@@ -7,13 +7,14 @@ import json
 import sys
 import time
 import traceback
-from typing import Any
 
 import pytest
 
 from ...settings import Settings
 from ..controller.live import LivePrinter, terminal_stream
-from ..controller.outcome import RunResult, describe_problems, judge, tag
+from ..controller.outcome import judge
+from ..controller.points import Point
+from ..failures import RunResult, describe_problems, tag
 from ..wire import TestOutcome, WorldKey
 from . import hang, wire
 from .detect import LaunchEnv
@@ -102,7 +103,7 @@ class RankZeroSession(LauncherSession):
         return self._gather(running, FAILURE_GRACE_S, poll=True) is not None
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+                    running: hang.Running, outcome: wire.Outcome) -> list[Point]:
         self._own = (running.index, outcome)
         # The deadline watch acts at the test's deadline; this bound is a backstop.
         others = self._gather(running, settings.timeout + hang.STACK_WAIT_S)
@@ -114,7 +115,7 @@ class RankZeroSession(LauncherSession):
         posted = {0: outcome, **others}
         if any(o.status != "passed" for o in posted.values()):
             self._read_releases(running, posted)
-        records, verdict = self._judge(item, settings, key, posted)
+        _, verdict = self._judge(item, settings, key, posted)
         self._send_verdict(running, verdict)
         if verdict.rebuild:  # a rank that released the others has already closed its own
             self._close_world(graceful=False)
@@ -139,19 +140,19 @@ class RankZeroSession(LauncherSession):
                 posted[r].released = True
 
     def _judge(self, item: pytest.Function, settings: Settings, key: WorldKey,
-               posted: dict[int, wire.Outcome]) -> tuple[list[dict[str, Any]], wire.Verdict]:
-        """The test's records (kept, gated) and the verdict every rank applies."""
+               posted: dict[int, wire.Outcome]) -> tuple[list[Point], wire.Verdict]:
+        """The test's points (kept, gated) and the verdict every rank applies."""
         self.add_rank_infos(o.info for o in posted.values() if o.info)
         rebuild = any(o.status == "failed" or o.released or o.rebuild for o in posted.values())
         verdict = wire.Verdict("passed", "", rebuild)
-        records: list[dict[str, Any]] = []
+        points: list[Point] = []
         try:
             live = self._live.reports if self._live is not None else {}
-            records = judge(item, key, run_result(posted), settings, live_reports=live,
-                            keep=self.records)
+            points = judge(item, key, run_result(posted), settings, live_reports=live,
+                           keep=self.points)
             if self._live is not None:
-                self._live.finish(self.view(records))
-            self.gate_check(item, records, settings, self.view)
+                self._live.finish(self.view(points))
+            self.gate_check(item, points, settings, self.view)
         except pytest.xfail.Exception as exc:  # before pytest.fail's: XFailed is a Failed
             verdict.status, verdict.message = "xfailed", str(exc.msg)
         except pytest.fail.Exception as exc:
@@ -161,7 +162,7 @@ class RankZeroSession(LauncherSession):
         except Exception:  # noqa: BLE001 - a harness bug still gives every rank one verdict
             verdict.status, verdict.message = "failed", traceback.format_exc()
             verdict.rebuild = True
-        return records, verdict
+        return points, verdict
 
     def _stop_tests(self) -> None:
         # The deadline watch reports the running test (or the next one armed) at once.

@@ -25,21 +25,22 @@ import pytest
 from ...settings import Settings, of_run
 from ..controller.live import LivePrinter
 from ..controller.outcome import prepare
+from ..controller.points import Point
 from ..controller.session import Session
-from ..wire import RankSpec, TestOutcome, WorldKey
+from ..wire import RankSpec, RunTest, TestOutcome, WorldKey
 from . import hang, jobsecret, runkey, wire
 from .agreement import Agreement
 from .detect import LaunchEnv
 from .liveness import Heartbeat, Peers, same_host_pids
-from .storechannel import StoreChannel, open_store
+from .storechannel import StoreChannel, StoreLost, open_store
 
 START_TIMEOUT_S = 300.0  # every rank must have collected (or joined) within this
 FAILURE_GRACE_S = 2.0  # a failed rank waits this long for the others before releasing them
 DONE_TIMEOUT_S = 60.0  # rank 0 keeps the store up this long for the others to finish
 STOP_LOOK_S = 2.0  # at the launcher's SIGTERM, how long rank 0 waits for the live ranks to say so
 
-# outputs.after_test: the test's records, its settings, and the session's view of them.
-GateCheck = Callable[[pytest.Function, list[dict[str, Any]], Settings, Any], None]
+# outputs.after_test: the test's points, its settings, and the session's view of them.
+GateCheck = Callable[[pytest.Function, list[Point], Settings, Any], None]
 
 
 class LauncherSession(Session):
@@ -104,7 +105,7 @@ class LauncherSession(Session):
         raise NotImplementedError
 
     def _after_body(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                    running: hang.Running, outcome: wire.Outcome) -> list[dict[str, Any]]:
+                    running: hang.Running, outcome: wire.Outcome) -> list[Point]:
         raise NotImplementedError
 
     def _close_own(self) -> None:
@@ -203,9 +204,23 @@ class LauncherSession(Session):
 
     # -- one test ---------------------------------------------------------------------------
 
-    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey,
-                 fresh_world_after: bool = False) -> list[dict[str, Any]]:
-        # fresh_world_after cannot be honoured: the launcher's processes are the world.
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey, *,
+                 task: RunTest | None = None, fresh_world_after: bool = False,
+                 keep: bool = True) -> list[Point]:
+        """runs.Runner in the launcher's ranks: every rank runs the body here; its points are
+        rank 0's (the others keep none). `fresh_world_after` cannot be honoured (the
+        launcher's processes are the world), and nothing runs a point again here (no `task`,
+        every run kept)."""
+        try:
+            return self._run_item(item, settings, key)
+        except StoreLost as exc:
+            return self._store_lost(item, exc)
+
+    def _store_lost(self, item: pytest.Function, exc: StoreLost) -> list[Point]:
+        raise exc  # rank 0 hosts the store: only another rank can lose it (others.py)
+
+    def _run_item(self, item: pytest.Function, settings: Settings, key: WorldKey
+                  ) -> list[Point]:
         self.settle()  # the verdict of the test before, before this body may use the world
         index = self.index_of[item.nodeid]
         reason = self.agreement.backend_reason(key.backend, key.device_type,

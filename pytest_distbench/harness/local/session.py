@@ -20,6 +20,7 @@ from ...results.document.io import sigterm_interrupts
 from ...settings import Settings
 from ..controller.live import LivePrinter
 from ..controller.outcome import judge, prepare
+from ..controller.points import Point
 from ..controller.revisits import Revisits
 from ..controller.session import Session
 from ..wire import RunTest
@@ -177,19 +178,12 @@ class LocalSession(Session):
 
     # -- tests --------------------------------------------------------------------------------
 
-    def run_item(
-        self, item: pytest.Function, settings: Settings, key: WorldKey,
-        fresh_world_after: bool = False, task: RunTest | None = None, keep: bool = True,
-    ) -> list[dict[str, Any]]:
-        """Run one test in its world; return its records, or fail/skip it as pytest does.
-
-        `fresh_world_after`: stop the world after this test even if it ended cleanly (torch's
-        RRef context stays bound to a process's first RPC agent, so a process that ran an RPC
-        test cannot host another one that uses RRefs). `task`: one already prepared (A/B
-        mode's baseline runs with its own interpreter's path). A key's variant names the A/B
-        variant; its records are A/B mode's to merge. `keep=False`: a revisit
-        (controller/revisits.py), whose records only feed the session's noise.
-        """
+    def run_item(self, item: pytest.Function, settings: Settings, key: WorldKey, *,
+                 task: RunTest | None = None, fresh_world_after: bool = False,
+                 keep: bool = True) -> list[Point]:
+        """runs.Runner in a local world. `fresh_world_after` matters here: torch's RRef
+        context stays bound to a process's first RPC agent, so a process that ran an RPC test
+        cannot host another one that uses RRefs. A key's variant names the A/B variant."""
         # A test of its own (not an A/B variant, not a revisit) takes part in the revisits.
         own = keep and not key.variant
         if task is None:
@@ -210,10 +204,9 @@ class LocalSession(Session):
             world.stop()
             self.retire(world)
         # A/B mode merges its variants' rounds and keeps the result itself.
-        records = judge(item, key, result, settings, variant=key.variant,
-                        live_reports=live.reports, keep=self.records if own else None)
+        points = judge(item, key, result, settings, variant=key.variant,
+                       live_reports=live.reports, keep=self.points if own else None)
         if own:
-            self.revisits.after_test(self, item, settings, task, key, records,
-                                     fresh_world_after, seconds)
-        live.finish(self.view(records))  # the interval known so far, as -v and the gate
-        return records
+            self.revisits.note(item, settings, task, key, points, fresh_world_after, seconds)
+        live.finish(self.view(points))  # the interval known so far, as -v and the gate
+        return points

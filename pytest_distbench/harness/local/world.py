@@ -15,7 +15,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from ..controller.outcome import RunResult, describe_exit, prefix_output
+from ..failures import RunResult, describe_exit, prefix_output
 from ..ranks import loop as rank_module
 from ..ranks.leftovers import is_running, proc_stat
 from ..wire import Progress, RankReady, RankSpec, RunTest, Shutdown, TestOutcome, WorldKey

@@ -34,8 +34,8 @@ WARMUP_SHARE = 0.25
 # Untimed calls that size an iteration of repeated calls (repeats_within).
 FIT_CALLS = 3
 # A duration-bound run stops early rather than hold more samples than this per rank: every
-# sample travels to the controller and into the results file (the record then says so in
-# figures["stopped_at_sample_cap"]).
+# sample travels to the controller and into the results file (the record then says so:
+# stopped_at_sample_cap).
 MAX_DURATION_SAMPLES = 3_000_000
 
 
@@ -118,9 +118,6 @@ class Distbench:
         s = self._settings
         figures = dict(figures or {})
         messages_per_iteration(figures)  # a bad value fails in every rank, before any timing
-        if headline != "p50":
-            # The printed figure is a rate over the timed region: its interval is the rate's.
-            figures["headline_statistic"] = headline
         pressured = self._pressured(pressure_ranks)
         if s.cuda_graph:
             # Every rank sees the same device type: all skip here, before any collective.
@@ -145,6 +142,7 @@ class Distbench:
         pressure = self._prepare_pressure(pressured)
         samples = array("d")
         stop: PrecisionStop | None = None
+        capped = False
         try:
             self._synchronize()
             dist.barrier(group=self._control)
@@ -160,8 +158,7 @@ class Distbench:
             started = time.perf_counter()
             try:
                 if s.duration_s is not None:
-                    if self._run_for(timed, samples, s.duration_s, per_call, timed_here):
-                        figures["stopped_at_sample_cap"] = True
+                    capped = self._run_for(timed, samples, s.duration_s, per_call, timed_here)
                 else:
                     if s.iterations is None:
                         # Budget-bound: until the budget's time is spent, or the headline is
@@ -204,8 +201,8 @@ class Distbench:
             wrong=wrong, figures=figures, duration_s=s.duration_s,
             pressure=pressure.describe() if pressure is not None else None,
             timed=timed_here, elapsed_s=elapsed, timing=timing, batch_iterations=batch,
-            stop=stop,
-            moves_no_data=moves_no_data,
+            stop=stop, moves_no_data=moves_no_data, headline_statistic=headline,
+            stopped_at_sample_cap=capped,
         ))
 
     def record(

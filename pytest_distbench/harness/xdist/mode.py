@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from ..controller.points import Point, Run
+from ..controller.session import Session
+
 OUTPUT_KEY = "distbench"
 
 
@@ -37,14 +40,14 @@ def is_controller(config: pytest.Config) -> bool:
     return hands_out_tests(config) and not config.getoption("collectonly", False)
 
 
-def configure(config: pytest.Config, session: Any) -> None:
+def configure(config: pytest.Config, session: Session) -> None:
     if is_controller(config):
         session.extra_facts["xdist_workers"] = worker_count(config)
         config.pluginmanager.register(ControllerPlugin(session, worker_count(config)),
                                       "distbench-xdist")
 
 
-def hand_over(config: pytest.Config, distbench: Any, session: pytest.Session) -> bool:
+def hand_over(config: pytest.Config, distbench: Session, session: pytest.Session) -> bool:
     """On an xdist worker: put what it measured in workeroutput (and write no file)."""
     if not is_worker(config):
         return False
@@ -66,10 +69,9 @@ def _position(position: dict[str, int], record_id: str) -> int:
 
 
 class ControllerPlugin:
-    def __init__(self, session: Any, workers: int) -> None:
+    def __init__(self, session: Session, workers: int) -> None:
         self.session = session
         self.workers = workers
-        self._received: list[tuple[int, int, dict[str, Any]]] = []
 
     def warning(self) -> str:
         return (f"WARNING: pytest-xdist runs {self.workers} workers at once on "
@@ -95,9 +97,8 @@ class ControllerPlugin:
             return
         data = json.loads(text)
         for position, record in data["records"]:
-            self._received.append((position, len(self._received), record))
-        self._received.sort(key=lambda entry: entry[:2])
-        self.session.records[:] = [record for _, _, record in self._received]
+            self.session.points.add([Point(record["id"], Run(record), sealed=record)],
+                                    position)
         self.session.add_rank_infos(data["rank_infos"])
         self.session.world_starts.extend(
             (f"{worker} {key}", seconds) for key, seconds in data["world_starts"])

@@ -290,11 +290,13 @@ RECORD_FIELDS: dict[str, Field] = {
     "peak_rss_bytes": _RANK_BYTES, "peak_gpu_allocated_bytes": _RANK_BYTES,
     "peak_gpu_reserved_bytes": _RANK_BYTES,
     "timing": Field("a non-empty string", _text, fill=_null),
+    "headline_statistic": Field("p50 or mean", lambda v, _: v in ("p50", "mean")),
+    "stopped_at_sample_cap": Field("a boolean", _kind(bool)),
     "batch_iterations": Field("an integer >= 1", _int_from(1), plain=plain_number, fill=_null),
     "pressure": Field("an object", _kind(dict), plain=_if_dict(json_safe), fill=_null),
     "live_reports": Field("a list", _kind(list), _live_reports, plain=json_safe),
     "summary": Field("an object", _kind(dict), _summary_parts, plain=_summary),
-    "p50_ci": _INTERVAL._replace(fill=_null), "sampling_ci": _INTERVAL,
+    "p50_ci": _INTERVAL._replace(fill=_null), "sampling_ci": _INTERVAL, "rate_ci": _INTERVAL,
     "revisits": Field("a list of positive numbers", _list_of(lambda v: is_number(v) and v > 0)),
 }  # fmt: skip
 

@@ -27,6 +27,7 @@ from typing import Any
 from ...units import format_size
 from . import nccl_tests
 from .schema import SchemaError, is_number, validate_document
+from .upgrade import upgraded
 
 # The largest results file read, and the most JSON values parsed from it (docs/results-schema.md,
 # "Validation"): a bound on what parsing builds, whatever the file's shape. 3 million samples
@@ -391,7 +392,7 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         validate_document(doc)
     except SchemaError as exc:
         raise ResultsFileError(path, exc.message, exc.field or None) from None
-    return doc
+    return upgraded(doc)
 
 
 def _read_bounded(path: str | os.PathLike[str]) -> bytes:

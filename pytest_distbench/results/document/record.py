@@ -34,6 +34,19 @@ class P50Interval(TypedDict, total=False):
     regimes: list[list[float]]
 
 
+class RateInterval(TypedDict, total=False):
+    """`rate_ci`, a rate record's (`headline_statistic` "mean"): the 95 % interval of its
+    rate over the timed region in this session, messages/s and MB/s (the run's own interval
+    in `figures`, widened as `p50_ci` is; document/session_intervals.py)."""
+
+    level: float
+    low: float | None
+    high: float | None
+    half_width_pct: float | None
+    mbps_low: float | None
+    mbps_high: float | None
+
+
 class Incomplete(TypedDict):
     """What was measured did not finish within its bound; the samples are that bound."""
 
@@ -144,6 +157,7 @@ class Record(_Identity, total=False):
     iterations: int | None
     rank_samples: list[list[float]]
     p50_ci: P50Interval | None
+    rate_ci: RateInterval
     sampling_ci: P50Interval | None
     revisits: list[float] | None
     algbw_gbps: float | None
@@ -157,6 +171,8 @@ class Record(_Identity, total=False):
     ab: ABField
     peak_rss_bytes: list[int] | None
     timing: str | None
+    headline_statistic: str
+    stopped_at_sample_cap: bool
     batch_iterations: int | None
     peak_gpu_allocated_bytes: list[int] | None
     peak_gpu_reserved_bytes: list[int] | None

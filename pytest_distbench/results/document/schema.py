@@ -29,7 +29,7 @@ from .fields import (
 from .normalize import normalize_record
 from .record import REQUIRED_KEYS, Record
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 HISTORY_KEY = "history"
 

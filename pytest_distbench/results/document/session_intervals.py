@@ -1,15 +1,16 @@
 """A record's printed interval, and the one function that writes it.
 
 A record leaves its test with what its run knows (harness/controller/records.py): the run's
-own sampling interval (`sampling_ci`, a rate's `figures.sampling_rate_ci`). What the session
+own sampling interval (`sampling_ci`, a rate's `figures.msgs_per_s_ci_*`). What the session
 learns later (its run-to-run noise, the point's other runs) comes as an `Evidence`, and
-`with_interval(record, evidence)` returns the record with its printed interval: `p50_ci`, a
-rate's `figures.msgs_per_s_ci_*` / `mbps_ci_*` / `rate_ci_pct`, `precision.achieved/met`.
+`with_interval(record, evidence)` returns the record with its printed interval placed: `p50_ci`,
+a rate's `rate_ci`, `precision.achieved/met`.
 
-It is pure, so the same function serves both moments: during the session (the live closing
-line, -v, JUnit, the per-test gate) it is applied to a copy with the noise measured so far
-(basis SO_FAR), and at the end of the test loop `seal` writes it once, in place, into every
-record of the session (basis SESSION, or ROUNDS for an A/B record, whose rounds are its runs).
+It is pure, so the same function serves both moments (harness/controller/points.record_of
+calls it): during the session (the live closing line, -v, JUnit, the per-test gate) with the
+noise measured so far (basis SO_FAR), and once at the end of the test loop, when every point
+of the session is sealed (basis SESSION, or ROUNDS for an A/B record, whose rounds are its
+runs).
 `p50_ci.basis` and `p50_ci.noise_missing` say which interval a reader holds: codes, never
 text to parse.
 """
@@ -17,12 +18,11 @@ text to parse.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..statistics.interval import LEVEL, half_width_pct
 from ..statistics.noise import RunNoise, pooled_run_noise, regimes, session_interval
-from .record import P50Interval, Record
+from .record import ABField, P50Interval, RateInterval, Record
 
 # p50_ci.basis: which interval the record holds.
 SESSION = "session"  # final: written at the end of the test loop
@@ -55,10 +55,10 @@ class Evidence:
 
 def is_rate(record: Record) -> bool:
     """A record whose headline is a rate over the whole timed region (p2p bandwidth, message
-    rate), with its own interval in its figures (a p2p latency has the rate's figures too,
-    but prints its p50)."""
-    figures = record.get("figures") or {}
-    return figures.get("headline_statistic") == "mean" and "rate_ci_pct" in figures
+    rate), with its run's own interval in its figures (a p2p latency has the rate's figures
+    too, but prints its p50)."""
+    return (record.get("headline_statistic") == "mean"
+            and "rate_ci_pct" in (record.get("figures") or {}))
 
 
 def headline(record: Record) -> float | None:
@@ -88,9 +88,9 @@ def headline_interval(record: Record) -> tuple[float, float] | None:
 
 
 def with_interval(record: Record, evidence: Evidence) -> Record:
-    """`record` with its printed interval from `evidence` (a new record; `record` is left
-    as it is)."""
-    out: Record = dict(record)  # type: ignore[assignment]
+    """`record` with its printed interval from `evidence` placed (a new record; `record` is
+    left as it is): `p50_ci`, a rate's `rate_ci`, the other runs' figures, the precision
+    judged on them."""
     sampling = record.get("sampling_ci") or {}
     if "sampling_ci" not in record and isinstance(record.get("p50_ci"), dict):
         sampling = record["p50_ci"]  # a record read back from a file of schema 1
@@ -114,33 +114,24 @@ def with_interval(record: Record, evidence: Evidence) -> Record:
         "run_noise": None if evidence.noise is None else {"group": evidence.stratum,
                                                           **evidence.noise.as_dict()},
         "noise_missing": None if evidence.noise is not None else evidence.noise_missing,
+        **({"regimes": [[value, count] for value, count in seen]} if regime_runs else {}),
     }
-    if regime_runs:
-        ci["regimes"] = [[value, count] for value, count in seen]
-    out["p50_ci"] = ci
+    placed: Record = {**record, "p50_ci": ci}  # type: ignore[typeddict-item]
     if evidence.other_runs:
-        out["revisits"] = list(evidence.other_runs)
+        placed = {**placed, "revisits": list(evidence.other_runs)}
     if rate:
-        out["figures"] = _rate_interval(record, evidence.noise, spanned)
+        placed = {**placed, "rate_ci": _rate_interval(record, evidence.noise, spanned)}
     if isinstance(record.get("precision"), dict):
-        out["precision"] = _judged_precision(out)
-    return out
+        placed = {**placed, "precision": _judged_precision(placed)}
+    return placed
 
 
-def seal(records: Sequence[Record], evidence_of: Callable[[Record], Evidence]) -> None:
-    """Write every record's printed interval, once, at the end of the test loop, in place
-    (local, launcher and A/B mode alike; an xdist worker seals its own)."""
-    for record in records:
-        sealed = with_interval(record, evidence_of(record))
-        record.clear()
-        record.update(sealed)
-
-
-def rounds_evidence(record: Record) -> Evidence:
-    """An A/B record's: its candidate rounds are runs of the point, the noise is theirs (the
-    spread of the rounds' p50 on a log scale; a rate's spread is the same on that scale)."""
-    rounds = list(((record.get("ab") or {}).get("candidate_p50_s")) or [])
-    noise = pooled_run_noise({record["id"]: rounds})
+def rounds_evidence(ab: ABField) -> Evidence:
+    """An A/B record's (`ab`, its "ab" field): its candidate rounds are runs of the point, the
+    noise is theirs (the spread of the rounds' p50 on a log scale; a rate's spread is the same
+    on that scale)."""
+    rounds = list(ab.get("candidate_p50_s") or [])
+    noise = pooled_run_noise({"rounds": rounds})
     return Evidence(ROUNDS, noise, f"{len(rounds)} A/B rounds", (),
                     NOT_REVISITED)
 
@@ -172,24 +163,18 @@ def _widened(figure: object, low: float | None, high: float | None, noise: RunNo
 
 
 def _rate_interval(record: Record, noise: RunNoise | None,
-                   spanned: list[float]) -> dict[str, object]:
-    figures = dict(record.get("figures") or {})
-    if "sampling_rate_ci" not in figures:  # first applied: the family's own interval
-        figures["sampling_rate_ci"] = {"low": figures.get("msgs_per_s_ci_low"),
-                                       "high": figures.get("msgs_per_s_ci_high"),
-                                       "pct": figures.get("rate_ci_pct")}
-    own = figures["sampling_rate_ci"]
+                   spanned: list[float]) -> RateInterval:
+    """A rate's printed interval: the run's own (the family's, in `figures`) widened."""
+    figures = record.get("figures") or {}
     rate = figures.get("msgs_per_s")
-    bounds = _widened(rate, own.get("low"), own.get("high"), noise, spanned)
+    bounds = _widened(rate, figures.get("msgs_per_s_ci_low"), figures.get("msgs_per_s_ci_high"),
+                      noise, spanned)
     nbytes = record.get("nbytes") or 0
     low, high = bounds if bounds is not None else (None, None)
-    figures.update(
-        msgs_per_s_ci_low=low, msgs_per_s_ci_high=high,
-        mbps_ci_low=None if low is None else low * nbytes / 1e6,
-        mbps_ci_high=None if high is None else high * nbytes / 1e6,
-        rate_ci_pct=None if bounds is None else half_width_pct(low, high, rate),
-    )
-    return figures
+    return {"level": LEVEL, "low": low, "high": high,
+            "half_width_pct": None if bounds is None else half_width_pct(low, high, rate),
+            "mbps_low": None if low is None else low * nbytes / 1e6,
+            "mbps_high": None if high is None else high * nbytes / 1e6}
 
 
 def _judged_precision(record: Record) -> dict[str, object]:
@@ -198,7 +183,7 @@ def _judged_precision(record: Record) -> dict[str, object]:
     its runs span regimes), which is what the tables' `*` marks, never a neighbour's noise."""
     precision = dict(record["precision"])
     if is_rate(record):
-        pct = (record.get("figures") or {}).get("rate_ci_pct")
+        pct = (record.get("rate_ci") or {}).get("half_width_pct")
     else:
         pct = record["p50_ci"].get("half_width_pct")
     achieved = None if pct is None else pct / 100

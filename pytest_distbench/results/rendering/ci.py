@@ -119,6 +119,14 @@ SHORT_NOTE = (f"{SHORT_MARK} = short of the --distbench-precision target by the 
               "spread: its run ran out of budget, or its runs in this session disagree")
 
 
+def printed_rate_pct(record: Record) -> float | None:
+    """A rate's printed ± (`rate_ci`), or its run's own where the session placed none."""
+    printed = record.get("rate_ci")
+    if isinstance(printed, dict):
+        return printed.get("half_width_pct")
+    return (record.get("figures") or {}).get("rate_ci_pct")
+
+
 def with_pct(text: str, pct: float | None, record: Record | None) -> str:
     """`359 ± 4.1 %`, marked when `record` missed its precision target."""
     return f"{text} {pct_text(pct, record)}" + (SHORT_MARK if short_of_target(record) else "")

@@ -65,8 +65,11 @@ class Value:
     field: str | None = None
     of_time: OfTime | None = None
     scale: float = 1.0  # e.g. 1e6 for a field in seconds drawn in microseconds
-    # A field's own 95 % interval: the (low, high) fields a family stored beside it.
+    # A field's own 95 % interval: the (low, high) fields a family stored beside it, or the
+    # session's (a rate's `rate_ci`); then `run_interval_fields`, the run's own, where the
+    # session placed none (a record before the end of the test loop).
     interval_fields: tuple[str, str] | None = None
+    run_interval_fields: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if (self.field is None) == (self.of_time is None):
@@ -96,6 +99,8 @@ class Value:
         interval; None for a plain field or too few samples."""
         if self.interval_fields is not None:
             ends = [_number(lookup(record, path)) for path in self.interval_fields]
+            if ends == [None, None] and self.run_interval_fields is not None:
+                ends = [_number(lookup(record, path)) for path in self.run_interval_fields]
             if ends[0] is None or ends[1] is None:
                 return None
             return (min(ends) * self.scale, max(ends) * self.scale)
@@ -273,9 +278,11 @@ MBPS = Value("MB/s", of_time=mbps)
 # The message families' headline: totals over the timed region (as OSU), with their
 # interval (block bootstrap widened by the session's noise), the figure their tables print.
 MSGS_TOTAL = Value("messages/s", field="figures.msgs_per_s",
-                   interval_fields=("figures.msgs_per_s_ci_low", "figures.msgs_per_s_ci_high"))
+                   interval_fields=("rate_ci.low", "rate_ci.high"),
+                   run_interval_fields=("figures.msgs_per_s_ci_low", "figures.msgs_per_s_ci_high"))
 MBPS_TOTAL = Value("MB/s", field="figures.mbps",
-                   interval_fields=("figures.mbps_ci_low", "figures.mbps_ci_high"))
+                   interval_fields=("rate_ci.mbps_low", "rate_ci.mbps_high"),
+                   run_interval_fields=("figures.mbps_ci_low", "figures.mbps_ci_high"))
 TOTALS = ("total messages / total time (as OSU), bars its 95 % interval in this session "
           "(block bootstrap and run-to-run noise)")
 DEFAULT_HEADLINE = (Headline("p50", TIME, "us"),)
