@@ -150,7 +150,11 @@ def _rate(record: Record) -> tuple[float, tuple[float, float] | None] | None:
     if not is_rate(record):
         return None
     figures = record.get("figures") or {}
-    low, high = figures.get("msgs_per_s_ci_low"), figures.get("msgs_per_s_ci_high")
+    # The printed interval (`rate_ci`, placed by the session); a file of schema 2 and before
+    # kept it in the figures.
+    printed = record.get("rate_ci") or {}
+    low = printed.get("low", figures.get("msgs_per_s_ci_low"))
+    high = printed.get("high", figures.get("msgs_per_s_ci_high"))
     bounds = None if low is None or high is None else (float(low), float(high))
     return float(figures["msgs_per_s"]), bounds
 

@@ -53,7 +53,7 @@ def unstable_line(records: Sequence[Record]) -> str | None:
     def shown(record: Record) -> bool:
         noise = (record.get("p50_ci") or {}).get("run_noise")
         pcts = [ci.p50_pct(record), ci.rate_pct(record) if is_rate(record) else None,
-                (record.get("figures") or {}).get("rate_ci_pct"),
+                ci.printed_rate_pct(record),
                 noise.get("half_width_pct") if isinstance(noise, dict) else None]
         return any(unstable(p) for p in pcts if isinstance(p, (int, float)))
 
