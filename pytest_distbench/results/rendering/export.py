@@ -86,8 +86,8 @@ def _smaller(record: Record) -> dict[str, Any] | None:
     bounds = p50_bounds(record)
     entry: dict[str, Any] = {"name": record["id"], "unit": "us", "value": p50 * 1e6}
     if bounds is not None:
-        entry["range"] = (f"-{format_duration_us(p50 - bounds[0])}"
-                          f"/+{format_duration_us(bounds[1] - p50)}")
+        entry["range"] = (f"-{format_duration_us(max(p50 - bounds[0], 0.0))}"
+                          f"/+{format_duration_us(max(bounds[1] - p50, 0.0))}")
     interval = ("none (too few samples)" if bounds is None else
                 f"{format_duration_us(bounds[0])} to {format_duration_us(bounds[1])} us")
     entry["extra"] = "\n".join([
@@ -111,8 +111,9 @@ def _bigger(record: Record) -> dict[str, Any] | None:
         unit, what = "GB/s", "bus bandwidth from the p50 (nccl-tests' busbw, 1 GB = 1e9 B)"
     entry: dict[str, Any] = {"name": record["id"], "unit": unit, "value": value}
     if bounds is not None:
-        entry["range"] = (f"-{format_figure(value - bounds[0], 3)}"
-                          f"/+{format_figure(bounds[1] - value, 3)}")
+        # Computed apart, a tied interval can miss its value by a rounding: never a "+-".
+        entry["range"] = (f"-{format_figure(max(value - bounds[0], 0.0), 3)}"
+                          f"/+{format_figure(max(bounds[1] - value, 0.0), 3)}")
     interval = ("none (too few samples)" if bounds is None else
                 f"{format_figure(bounds[0])} to {format_figure(bounds[1])} {unit}")
     entry["extra"] = "\n".join([what, f"95 % interval: {interval}", *_common_extra(record)])
