@@ -12,6 +12,7 @@ sweeps that a quicker command or test also exercises with -m extended (CI runs t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -236,8 +237,22 @@ def _saves_anew(command: Command) -> bool:
         a in ("--distbench-append", "--distbench-overwrite") for a in command.argv)
 
 
+# What pytest itself prints, whose width is its own: its header, and lines that carry a
+# test's node id (progress, -v and the short summary).
+PYTESTS_OWN = re.compile(r"^(platform |rootdir: |plugins: |cachedir: |configfile: |"
+                         r"testpaths: |running \(zygote\))|::|\.py |\[gw\d+\]")
+
+
+def too_wide(stdout: str, width: int = 120) -> list[str]:
+    """The lines of the product's own output wider than a terminal's 120 columns."""
+    return [line for line in stdout.splitlines()
+            if len(line) > width and not PYTESTS_OWN.search(line)]
+
+
 def _check_outputs(command: Command, repo: Path, stdout: str, shown: str) -> None:
     argv = command.argv
+    wide = too_wide(stdout)
+    assert not wide, f"{len(wide)} line(s) over 120 columns, the first:\n{wide[0]}\n{shown}"
     if argv[0] == "pytest-distbench" and argv[1] == "plot":
         out = repo / argv[argv.index("--out") + 1]
         assert list(out.glob("*.png")), shown

@@ -183,9 +183,10 @@ def test_osu_rate_and_arras_tables():
     assert text.startswith("# transport: rpc\n")  # one table per transport
     row = read_table(text.splitlines()[1:])[1][0]
     # Two iterations are too few blocks for the rate's interval: the table says so. Every
-    # figure in one format: four significant digits, thousands separators.
+    # figure in one format: four significant digits, thousands separators; the bandwidth in
+    # the unit it reads at least 0.1 in.
     assert row == ["computation_to_client", "1", "10", "200.0 (no CI: n too small)",
-                   "5,000", "0.0002000", "200", "1.000", "3"]
+                   "5,000", "0.200 KB/s", "200", "1.000", "3"]
 
 
 def test_a_whole_region_rate_carries_its_block_bootstrap_interval():

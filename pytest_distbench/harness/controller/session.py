@@ -34,12 +34,9 @@ class Session:
         self.rpc_checks: list[Any] | None = None  # pitfalls.Check list, when a test uses RPC
         self.store_checks: list[Any] | None = None  # the resolver check, when one uses a store
         self.extra_facts: dict[str, Any] = {}  # more for the results environment (xdist workers)
-        # Written outputs that failed: the session fails (outputs.py).
-        self.output_errors: list[str] = []
-        # The output files written (the digest points only at those).
-        self.written: set[Path] = set()
-        # Records no results file could hold, left out of every output (each an output error).
-        self.left_out = 0
+        self.output_errors: list[str] = []  # outputs that failed: the session fails
+        self.written: set[Path] = set()  # the output files written (the digest names those)
+        self.left_out = 0  # records no results file could hold (each an output error)
 
     def add_rank_infos(self, infos: Iterable[dict[str, Any]]) -> None:
         """What the ranks of a newly started world saw (GPU, NCCL, the GPU's copy rate, which
