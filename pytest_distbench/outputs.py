@@ -335,11 +335,12 @@ def terminal_summary(tr: Any, config: pytest.Config, distbench: Session) -> None
 
         tr.section("distbench comparison")
         tr.line(render(distbench.comparison, "table").rstrip("\n"))
-    # Whole lines: they name the files written (a path is copied and searched for as it is).
+    # Wrapped to a terminal at spaces only: a path they name stays whole (it is copied and
+    # searched for as it is), on a line of its own where the line would be too wide.
     for line in gating.warnings(config):
-        tr.line(line, yellow=True, bold=True)
+        write_lines(tr, line, yellow=True, bold=True)
     for line in distbench.notes:
-        tr.line(line)
+        write_lines(tr, line)
     for line in distbench.output_errors:
         tr.line(f"distbench: ERROR: {line}", red=True, bold=True)
     if distbench.records:
