@@ -229,7 +229,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None:
         lines += wrap(f"distbench: comparing against {gate.path}; {gate.noise_note}")
-    lines += warnings(config)
+    lines += [part for line in warnings(config) for part in wrap(line, indent="    ")]
     mode = config.stash.get(AB_KEY, None)
     if mode is None:
         return lines

@@ -92,11 +92,14 @@ class LauncherPlugin:
         self.launch: LaunchEnv = session.launch
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from ...results.rendering.fit import wrap  # fitted as every session line (120 columns)
+
         launch = self.launch
-        return [f"distbench: launcher mode ({launch.launcher}): {launch.world_size} ranks, "
+        said = [f"distbench: launcher mode ({launch.launcher}): {launch.world_size} ranks, "
                 f"this is rank 0 and reports for all; store {launch.master_addr}:"
                 f"{launch.master_port} (the network is the launcher's and yours to choose)",
                 self._seal_line()]
+        return [part for line in said for part in wrap(line)]
 
     def _seal_line(self) -> str:
         """Which seal holds the ranks' messages, said once (runkey.py)."""

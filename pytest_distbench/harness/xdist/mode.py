@@ -80,10 +80,14 @@ class ControllerPlugin:
                 "(the results environment records xdist_workers)")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return [self.warning()]
+        from ...results.rendering.fit import wrap  # fitted as every session line (120 columns)
+
+        return wrap(self.warning())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        terminalreporter.line(self.warning(), yellow=True, bold=True)
+        from ...outputs import write_lines
+
+        write_lines(terminalreporter, self.warning(), yellow=True, bold=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
