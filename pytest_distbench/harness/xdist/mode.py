@@ -85,9 +85,10 @@ class ControllerPlugin:
         return wrap(self.warning())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from ...outputs import write_lines
+        from ...results.rendering.fit import wrap
 
-        write_lines(terminalreporter, self.warning(), yellow=True, bold=True)
+        for line in wrap(self.warning()):
+            terminalreporter.line(line, yellow=True, bold=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
