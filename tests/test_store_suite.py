@@ -191,8 +191,11 @@ def test_a_barrier_past_the_store_timeout_is_a_row_and_a_harness_bug_a_failure(p
         "*test_barrier?gloo-ws2-broken? FAILED*",
     ])
     result.stdout.fnmatch_lines(["*legacy*6*2*did not complete in 3 s*-*"])
-    assert re.search(r"# legacy 6: did not complete in 3 s \(barrier\): rank .*wait timeout "
-                     r"after 3000ms", unwrapped(result.stdout.str()))  # a note of 120 columns
+    # A note of 120 columns. On a loaded machine the clients' connects can outlast the 3 s
+    # bound first (a row all the same, saying where it stopped).
+    assert re.search(r"# legacy (\(asked\) )?6: did not complete in 3 s (\(barrier\): rank .*"
+                     r"wait timeout after 3000ms|\(connect\): the server did not see all)",
+                     unwrapped(result.stdout.str())), result.stdout.str()
     assert "ValueError: a bug in the harness" in result.stdout.str()
     [record] = _records(out)
     assert record["incomplete"]["bound_s"] == 3.0 and record["samples"] == [3.0]

@@ -52,7 +52,8 @@ def headline(records: Sequence[Record]) -> str:
     if len(parts) > 3:
         parts = parts[:3] + [f"... {len(parts) - 3} more"]
     text = "; ".join(parts)
-    if text and any((r.get("p50_ci") or {}).get("basis") == SO_FAR for r in records):
+    if text and any((r.get("p50_ci") or {}).get("basis") == SO_FAR and not incomplete_text(r)
+                    for r in records):
         # The line's figures are this run's: the tables print the point's value in the
         # session (the median of its runs) and its final ±, which can differ from them.
         text += " (this run, ± so far; the tables have the session's value and ±)"
