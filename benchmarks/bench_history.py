@@ -2,7 +2,7 @@
 change points an unchanged series invents (results/statistics/changepoints.py).
 
     python benchmarks/bench_history.py [--trials 200] [--runs 20000] [--seed 1]
-                                       [--alpha A] [--min-size M] [--penalty P]
+                                       [--alpha A] [--min-size M] [--penalty P] [--test t]
     python benchmarks/bench_history.py --record 12 [--world-size 2]   # this machine's runs
 
 A history is a series of p50s; a nightly job appends one run and judges the series, keeping the
@@ -26,6 +26,10 @@ how many runs at the new speed the series held when it was first found (the step
 "exact" = found at the run the step started. False change points: --runs runs of unchanged
 series per source, series of SERIES runs, judged after every run; every distinct run index ever
 reported as a change point counts once; per 1,000 runs.
+
+--alpha, --min-size and --penalty replace the module's defaults; --test t replaces its rank
+test by Student's t test on the log p50s (pooled variance, as Apache Otava tests its splits),
+to compare the two.
 """
 
 from __future__ import annotations
@@ -133,6 +137,15 @@ def false_points(draw, runs: int, rng: np.random.Generator, **kwargs) -> int:
     return found
 
 
+def student_t(before: list[float], after: list[float], min_size: int) -> float:
+    from scipy import stats
+
+    if min(len(before), len(after)) < min_size:
+        return 1.0
+    p = float(stats.ttest_ind(after, before).pvalue)
+    return 1.0 if math.isnan(p) else max(p, sys.float_info.min)
+
+
 def record(sessions: int, world_size: int) -> None:
     """Runs the suite `sessions` times, one session after another, and keeps each p50."""
     p50s: dict[str, list[float]] = {}
@@ -169,6 +182,8 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=changepoints.DEFAULT_ALPHA)
     parser.add_argument("--min-size", type=int, default=changepoints.MIN_SIZE)
     parser.add_argument("--penalty", type=float, default=changepoints.PENALTY)
+    parser.add_argument("--test", choices=("rank", "t"), default="rank",
+                        help="the split's test: the module's rank test, or Student's t")
     parser.add_argument("--record", type=int, metavar="SESSIONS",
                         help="record this machine's runs instead (benchmarks/data/)")
     parser.add_argument("--world-size", type=int, default=2)
@@ -177,6 +192,8 @@ def main() -> None:
         record(args.record, args.world_size)
         return
     changepoints.PENALTY = args.penalty
+    if args.test == "t":
+        changepoints._split_p = student_t
     kwargs = {"alpha": args.alpha, "min_size": args.min_size}
     rng = np.random.default_rng(args.seed)
     quiet, loud, h200_note = h200_sds()
@@ -189,7 +206,7 @@ def main() -> None:
         notes.append(f"this machine: {note}")
     print(" ".join(["python benchmarks/bench_history.py", *sys.argv[1:]]))
     print(f"alpha {args.alpha}, min segment {args.min_size} runs, penalty {args.penalty}, "
-          f"window {WINDOW} runs, seed {args.seed}")
+          f"test {args.test}, window {WINDOW} runs, seed {args.seed}")
     for note in notes:
         print(fit.wrap_text(note))
     started = time.perf_counter()
