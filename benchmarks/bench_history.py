@@ -9,6 +9,8 @@ A history is a series of p50s; a nightly job appends one run and judges the seri
 last WINDOW runs. Each synthetic series is a product of one noise source's run-to-run factors:
 
 - quiet: log-normal factors with a coefficient of variation of 2 %;
+- quiet, heavy tails: log factors Student t with 2 degrees of freedom, scaled by 0.02 (the same
+  middle, and an outlier now and then: no CV);
 - H200: the three sessions of the same eight points on one H200 (benchmarks/data/
   h200_three_sessions.json, from shared/measured/h200-2026-11-28); each point's run-to-run
   coefficient of variation is the sd of its three log p50s, and a series is drawn log-normal at
@@ -72,6 +74,14 @@ def lognormal(sds: list[float]):
     """Factors drawn log-normal at an sd picked from `sds` per series."""
     def draw(rng: np.random.Generator, n: int) -> np.ndarray:
         return np.exp(rng.normal(0.0, rng.choice(sds), n))
+    return draw
+
+
+def heavy_tailed(scale: float):
+    """Factors whose logs are Student t with 2 degrees of freedom: a quiet series with the odd
+    outlier run, the case where the split's test (rank or t) matters."""
+    def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.exp(scale * rng.standard_t(2, n))
     return draw
 
 
@@ -200,6 +210,8 @@ def main() -> None:
     quiet, loud, h200_note = h200_sds()
     # (name, draw, log-normal?)
     sources = [(f"quiet (CV {100 * QUIET_CV:.0f} %)", lognormal([sd_of_cv(QUIET_CV)]), True),
+               (f"quiet, heavy tails (t2, scale {100 * QUIET_CV:.0f} %)", heavy_tailed(QUIET_CV),
+                False),
                ("H200 quiet points", lognormal(quiet), True),
                ("H200 regimes", lognormal(loud), True)]
     notes = [f"H200 run-to-run sd of log p50 per point: {h200_note}"]
