@@ -13,8 +13,9 @@ baseline, not half of the reference. Two stages, each for a reason:
 - Each candidate is tested on its two adjacent segments with a two-sided Mann-Whitney rank
   test, where Apache Otava tests its candidates with a t test: a rank test's false-alarm rate
   does not depend on the noise's tails, and this product's noise has outliers and regimes
-  (the t test called 0.65 false change points per 1,000 runs of this VM's resampled history,
-  the rank test none). A long segment before a short one still gives a small p: five new
+  (per 1,000 runs of a quiet series with heavy tails, the t test invented 3.2 change points and
+  the rank test 0.95; it also found a 5 % step there in 52 % of the series against the rank
+  test's 74 %). A long segment before a short one still gives a small p: five new
   runs above thirty older ones have p = 2 / C(35, 5) = 6e-6. The weakest candidate above
   alpha is merged away and the rest re-placed and retested, until every split is kept.
 
