@@ -44,6 +44,11 @@ def test_a_short_series_has_none(values):
     assert cp.change_points(values) == []
 
 
+# Noise makes false change points too, at the rate docs/gating.md measures (about one in 1,500
+# series of 80 runs here): with noise, the tests below hold what the step or burst must give and
+# leave the rest of the series alone; without noise, they hold the whole answer.
+
+
 @settings(max_examples=40, deadline=None)
 @given(seeds, st.integers(min_value=BEFORE, max_value=70),
        st.integers(min_value=cp.MIN_SIZE, max_value=40), st.sampled_from([1.3, 1 / 1.3]),
@@ -51,24 +56,41 @@ def test_a_short_series_has_none(values):
 def test_a_clean_step_is_found_at_the_run_it_started(seed, before, after, factor, sd, level):
     values = noisy(seed, before + after, sd, level)
     values[before:] = [v * factor for v in values[before:]]
-    (point,) = cp.change_points(values)
+    points = cp.change_points(values)
+    (point,) = [p for p in points if abs(p.run - before) < cp.MIN_SIZE]
     assert point.run == before
     assert point.change_pct == pytest.approx((factor - 1) * 100, abs=10 * sd * 100 + 1e-6)
     assert point.after / point.before == pytest.approx(1 + point.change_pct / 100)
     assert 0 < point.p < cp.DEFAULT_ALPHA
-    assert cp.segment_start(values) == before
+    assert cp.segment_start(values) >= before
+    if sd == 0:
+        assert points == [point]
+        assert cp.segment_start(values) == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=BEFORE, max_value=70),
+       st.integers(min_value=cp.MIN_SIZE, max_value=40), st.floats(min_value=0.5, max_value=2),
+       positive)
+def test_a_step_without_noise_is_the_only_change_point(before, after, factor, level):
+    values = [level] * before + [level * factor] * after
+    runs = [p.run for p in cp.change_points(values)]
+    assert runs == ([] if level * factor == level else [before])
 
 
 @settings(max_examples=40, deadline=None)
 @given(seeds, st.integers(min_value=30, max_value=80),
-       st.integers(min_value=1, max_value=cp.MIN_SIZE - 1))
-def test_a_few_odd_runs_are_not_a_segment(seed, n, odd):
+       st.integers(min_value=1, max_value=cp.MIN_SIZE - 1), st.sampled_from([0.0, 0.01]))
+def test_a_few_odd_runs_are_not_a_segment(seed, n, odd, sd):
     # a burst shorter than MIN_SIZE, in the middle or as the newest runs (a step not yet
     # MIN_SIZE runs old: it waits for its fifth run)
     for start in (n // 2, n - odd):
-        values = noisy(seed, n, 0.01)
+        values = noisy(seed, n, sd)
         values[start:start + odd] = [2 * v for v in values[start:start + odd]]
-        assert cp.change_points(values) == []
+        runs = [p.run for p in cp.change_points(values)]
+        assert start not in runs and start + odd not in runs
+        if sd == 0:
+            assert runs == []
 
 
 @settings(max_examples=30, deadline=None)
@@ -110,8 +132,8 @@ def test_every_point_is_a_kept_split_and_segment_start_the_last(values, alpha, m
 def test_a_step_each_way_gives_a_change_each_way(seed):
     values = noisy(seed, 60, 0.01)
     values[20:40] = [v * 1.5 for v in values[20:40]]
-    assert [(p.run, p.change_pct > 0) for p in cp.change_points(values)] == \
-        [(20, True), (40, False)]
+    found = [(p.run, p.change_pct > 0) for p in cp.change_points(values)]
+    assert (20, True) in found and (40, False) in found
 
 
 @pytest.mark.parametrize("bad, name", [
