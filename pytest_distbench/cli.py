@@ -179,7 +179,7 @@ def _add_plot_command(commands: argparse._SubParsersAction) -> None:
         description=(
             "With one file: one PNG per family and sweep (the same as --distbench-plot). "
             "With two (baseline then current): comparison.png, the current/baseline p50 ratio "
-            "of every benchmark with its 95 %% interval, coloured by verdict. Needs matplotlib: "
+            "of every benchmark with its 95 % interval, coloured by verdict. Needs matplotlib: "
             "pip install \"pytest-distbench[plot]\"."
         ),
     )
