@@ -55,7 +55,8 @@ class Gate:
         current.pop("world_sizes", None)
         return verdict.fingerprint_differences(baseline_env, current)
 
-    def judge(self, record: Record, threshold: float, level: float) -> verdict.Verdict | None:
+    def judge(self, record: Record, threshold: float, level: float = FAMILY_ALPHA
+              ) -> verdict.Verdict | None:
         """The verdict for one fresh record at `level` (vocabulary.point_level), or None when
         the baseline lacks it."""
         found = self.id_of(record)
