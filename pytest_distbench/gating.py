@@ -230,6 +230,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             holder.tests = tests
 
 
+# An xdist worker's levels, handed to the controller (which collects no test itself) so that
+# its comparison table judges each point at the level the worker's gate did.
+LEVELS_OUTPUT = "distbench_gate_levels"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    gate = session.config.stash.get(GATE_KEY, None)
+    output = getattr(session.config, "workeroutput", None)
+    if gate is not None and output is not None:
+        output[LEVELS_OUTPUT] = {"tests": gate.tests, "levels": gate.levels}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    gate = node.config.stash.get(GATE_KEY, None)
+    handed = getattr(node, "workeroutput", {}).get(LEVELS_OUTPUT)
+    if gate is not None and handed:
+        gate.tests = max(gate.tests, int(handed["tests"]))
+        gate.levels.update(handed["levels"])
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Start the baseline's forkserver once every option is known good, so its imports
     overlap collection."""
