@@ -85,7 +85,7 @@ def legend(test: str, family: str, *, interval: str = "the change") -> str:
         f"it, nothing else); improvement = the same, faster; slower/faster, {NOT_GATEABLE} = "
         "shown to differ but not shown beyond the threshold, or shown by a comparison that "
         "cannot gate (one stored run, one sample on a side); fails nothing; unchanged = not "
-        "shown to differ and the change within the threshold; inconclusive = not shown to "
+        f"shown to differ and {interval} within the threshold; inconclusive = not shown to "
         f"differ, and it may be beyond the threshold (can't tell); shown = {test}, at the "
         f"point's level: {family}; detectable = the smallest slowdown this comparison shows at "
         "that level with 95 % power (information: it decides no verdict)"
