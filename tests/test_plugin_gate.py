@@ -109,7 +109,8 @@ def test_one_stored_run_reports_a_slowdown_and_fails_nothing(bench, distbench_ru
                      r"reported and fail nothing.*A/B", unwrapped(out)), out
     result.stdout.fnmatch_lines([
         "*test_work?gloo-ws2?*+*%*slower, not*",
-        "*0 regressions, 0 improvements, 1 slower (not gateable)*",
+        # test_tolerant's slowdown is within its 990 %: shown, and slower too.
+        "*0 regressions, 0 improvements, 2 slower (not gateable)*",
     ])
     # Every line distbench prints fits the tables' 120 columns, the comparison's too (six
     # passed it: the header, the rows and the legend of 361).
