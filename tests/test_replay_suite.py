@@ -383,8 +383,9 @@ def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbe
         return trace.Trace("step", 2, {0: (0, 1)}, {0: calls, 1: list(calls)}, steps=[0])
 
     trace.write(step(16384), pytester.path / "step")
-    # The threshold above this machine's run-to-run spread of such a replay: under CI's load three stored runs spread so that
-    # only a slowdown past 179 % was detectable, and 16x the bytes took only 2.6x the time.
+    # The threshold above this machine's run-to-run spread of such a replay: under CI's load
+    # three stored runs spread so that only a slowdown past 179 % was detectable, and 16x the
+    # bytes took only 2.6x the time.
     run = ("--distbench", "--world-size=2", "--distbench-replay=step",
            "--distbench-iterations=30", "--distbench-warmup=2", "--distbench-threshold=500%")
     for _ in range(3):
