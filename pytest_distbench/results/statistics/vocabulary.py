@@ -68,7 +68,7 @@ def family_clause(alpha: float, tests: int, levels: Sequence[float], unit: str =
     """E.g. 'family-wise 1 % over 67 tests (Bonferroni: each point at p < 0.00015)'."""
     shown = [lv for lv in levels if lv is not None]
     if not shown:
-        each = f"each point at p < {alpha:g} / {tests}"
+        each = f"each point at p < {point_level(tests, 1, alpha):.2g}"  # none judged yet
     elif max(shown) == min(shown):
         each = f"each point at p < {shown[0]:.2g}"
     else:
