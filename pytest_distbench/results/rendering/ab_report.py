@@ -40,16 +40,17 @@ def counts_line(outcomes: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
-def legend(outcomes: Sequence[Any], statistic: str, tests: int) -> str:
-    """The vocabulary under the A/B table: its test, its interval, its family-wise level."""
+def legend(outcomes: Sequence[Any], statistic: str, tests: int) -> list[str]:
+    """The vocabulary under the A/B table, a term a line: its test, its interval, its
+    family-wise level."""
     threshold = outcomes[0].verdict.threshold if outcomes else 0.0
     test = (f"a one-sided Wilcoxon signed-rank test on the per-round log {statistic} ratios "
             "(the table shows each side's median over the rounds)")
     family = vocabulary.family_clause(vocabulary.FAMILY_ALPHA, tests,
                                       [o.verdict.level for o in outcomes])
-    return (f"threshold {threshold * 100:g} %; " + vocabulary.legend(
+    return [f"threshold {threshold * 100:g} %", *vocabulary.legend_terms(
         test, family, interval=f"the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval "
-        "(Hodges-Lehmann)"))
+        "(Hodges-Lehmann)")]
 
 
 def digest_line(outcomes: Sequence[Any], baseline: str) -> str:
@@ -88,10 +89,11 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int
         table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
                          colalign=align)
         return "\n".join([f"baseline: {_cell(baseline)}; candidate: this run as is", "", table,
-                          "", summary, "", f"_{legend(outcomes, statistic, tests)}_"]) + "\n"
+                          "", summary, ""]
+                         + [f"- _{term}_" for term in legend(outcomes, statistic, tests)]) + "\n"
     table = fit.table(rows, headers, colalign=align).replace(KEPT, " ")
     lines = [f"baseline: {baseline}; candidate: this run as is", table, "", summary,
-             legend(outcomes, statistic, tests)]
+             "; ".join(legend(outcomes, statistic, tests))]
     return fit.wrap_text("\n".join(lines)) + "\n"  # a terminal's 120 columns, the table's too
 
 

@@ -60,8 +60,18 @@ def summary_line(comparison: Comparison) -> str:
 
 
 def rule_line(comparison: Comparison) -> str:
-    """How verdicts were reached, so a reader of a CI summary can tell noise from a finding: the
-    vocabulary's legend (vocabulary.legend), with this comparison's test and family."""
+    """How verdicts were reached, so a reader of a CI summary can tell noise from a finding."""
+    return "; ".join(rule_terms(comparison))
+
+
+def rule_markdown(comparison: Comparison) -> list[str]:
+    """rule_terms as a markdown list, a term a line."""
+    return [f"- _{_text(term, True)}_" for term in rule_terms(comparison)]
+
+
+def rule_terms(comparison: Comparison) -> list[str]:
+    """The vocabulary's legend (vocabulary.legend_terms), with this comparison's threshold, test
+    and family."""
     history = any(v.z is not None for v in comparison.verdicts)
     single = any(v.z is None and v.level is not None for v in comparison.verdicts)
     tests = []
@@ -77,9 +87,9 @@ def rule_line(comparison: Comparison) -> str:
     levels = [v.level for v in comparison.verdicts if v.level is not None]
     family = vocabulary.family_clause(comparison.alpha, comparison.family, levels,
                                       comparison.family_unit)
-    return (f"threshold {comparison.threshold * 100:g}% (unless overridden per benchmark)"
-            f"{shown}; " + vocabulary.legend(" or ".join(tests) or "the comparison's test",
-                                             family))
+    return [f"threshold {comparison.threshold * 100:g}% (unless overridden per benchmark)"
+            f"{shown}", *vocabulary.legend_terms(" or ".join(tests) or "the comparison's test",
+                                                 family)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +147,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
     lines = []
     if markdown:
         lines += _markdown_warnings([("", comparison.fingerprint_differences)])
-        lines += [table, "", _markdown_summary(comparison), "", f"_{rule_line(comparison)}_"]
+        lines += [table, "", _markdown_summary(comparison), "", *rule_markdown(comparison)]
     else:
         lines += [table, "", *_fitted(summary_line(comparison)), *_fitted(rule_line(comparison))]
     return "\n".join(lines) + "\n"
@@ -268,7 +278,7 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
         lines = _markdown_warnings([(c.current_label, c.fingerprint_differences) for c in series])
         lines += [table, ""]
         lines += [f"- {_text(c.current_label, True)}: {_markdown_summary(c)}" for c in series]
-        lines += ["", f"_{rule_line(series[0])}_"]
+        lines += ["", *rule_markdown(series[0])]
     else:
         lines = [table, ""]
         lines += [part for c in series for part in _fitted(f"{c.current_label}: {summary_line(c)}")]

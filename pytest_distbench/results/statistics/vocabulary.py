@@ -77,17 +77,24 @@ def family_clause(alpha: float, tests: int, levels: Sequence[float], unit: str =
     return f"family-wise {alpha * 100:g} % over {tests} {unit} (Bonferroni: {each})"
 
 
-def legend(test: str, family: str, *, interval: str = "the change") -> str:
-    """The vocabulary under every comparison table. `test`: what "shown" means here; `family`:
-    family_clause's text; `interval`: what must lie beyond the threshold for a regression."""
-    return (
+def legend_terms(test: str, family: str, *, interval: str = "the change") -> list[str]:
+    """The vocabulary under every comparison table, a term a line. `test`: what "shown" means
+    here; `family`: family_clause's text; `interval`: what must lie beyond the threshold for a
+    regression (and within it for unchanged)."""
+    return [
         f"regression = shown slower and {interval} wholly beyond the threshold (the gate fails "
-        f"it, nothing else); improvement = the same, faster; slower/faster, {NOT_GATEABLE} = "
-        "shown to differ but not shown beyond the threshold, or shown by a comparison that "
-        "cannot gate (one stored run: run-to-run noise unknown; one sample on a side); fails "
-        "nothing; unchanged = not "
-        f"shown to differ and {interval} within the threshold; inconclusive = not shown to "
-        f"differ, and it may be beyond the threshold (can't tell); shown = {test}, at the "
-        f"point's level: {family}; detectable = the smallest slowdown this comparison shows at "
-        "that level with 95 % power (information: it decides no verdict)"
-    )
+        "it, nothing else); improvement = the same, faster",
+        f"slower/faster, {NOT_GATEABLE} = shown to differ but not shown beyond the threshold, "
+        "or shown by a comparison that cannot gate (one stored run: run-to-run noise unknown; "
+        "one sample on a side); fails nothing",
+        f"unchanged = not shown to differ and {interval} within the threshold; inconclusive = "
+        "not shown to differ, and it may be beyond the threshold (can't tell)",
+        f"shown = {test}, at the point's level: {family}",
+        "detectable = the smallest slowdown this comparison shows at that level with 95 % power "
+        "(information: it decides no verdict)",
+    ]
+
+
+def legend(test: str, family: str, *, interval: str = "the change") -> str:
+    """legend_terms as one paragraph (a terminal's, wrapped by the caller)."""
+    return "; ".join(legend_terms(test, family, interval=interval))
