@@ -81,7 +81,8 @@ def test_a_30_percent_slowdown_is_a_regression(n, median, noise, seed):
 @given(samples=sample_sets, factor=st.floats(min_value=1.0, max_value=1.05))
 def test_a_shift_below_the_threshold_is_never_a_regression(samples, factor):
     kind, _, _ = judge(samples, [x * factor for x in samples], 0.10)
-    assert kind == "unchanged"
+    # Every sample moved alike is shown slower (not beyond the threshold: no regression).
+    assert kind in ("unchanged", "slower")
 
 
 @_settings
