@@ -69,7 +69,7 @@ def _timed_total(path: Path) -> float:
 
 def suite_paths(tree: Path) -> list[str]:
     return sorted(str(p.relative_to(tree))
-                  for p in (tree / "pytest_distbench" / "suites").glob("test_*.py"))
+                  for p in (tree / "pytest_distbench" / "suites").rglob("test_*.py"))
 
 
 def _env() -> dict[str, str]:
