@@ -126,7 +126,7 @@ def utc_now() -> str:
 def kept_session(phase: str, doc: dict, started: str, load: list[float],
                  settings: dict) -> dict:
     """One A/B session as data: its trials' per-round values and where they came from."""
-    ordered = sorted(load)
+    ordered = sorted(round(x, 2) for x in load)
     return {
         "phase": phase,
         "started": started,
