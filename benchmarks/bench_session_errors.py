@@ -21,10 +21,11 @@ times, seeded):
   order), drawn with replacement from all recorded A/A trials. Nothing is invented, but only
   the recorded trials exist: the per-session rate cannot be known better than the per-trial
   rate of those trials allows (printed under the table);
-- rounds: every point's R round pairs are drawn without replacement from all round pairs of
-  one recorded A/A session (one session drawn per simulated session): new points with that
-  session's round-to-round noise; a trial's own lean (both sides' rounds of one benchmark
-  moving together) is not kept.
+- rounds: round i of every point is round i of a trial drawn at random (each round its own
+  draw) from one recorded A/A session (one session drawn per simulated session): new points
+  with that session's round-to-round noise, each round keeping its place in the ABBA order
+  (which variant ran first); a trial's own lean (all rounds of one benchmark leaning the same
+  way) is not kept.
 
 A slowdown of 5, 10 or 20 % is injected into one point of each simulated session by
 multiplying that point's candidate round values by 1.05, 1.10 or 1.20; "caught" = that point
@@ -141,13 +142,13 @@ def load_sessions(path: Path) -> list[Session]:
 
 
 def pooled_points(session: Session, rounds: int, count: int, rng: random.Random) -> list[Pairs]:
-    """`count` points of `rounds` round pairs, each drawn without replacement from all round
-    pairs of `session`."""
-    pool = [(b, c) for base, cand in session.trials for b, c in zip(base, cand, strict=True)]
+    """`count` points of `rounds` round pairs: round i of a point is round i of a trial of
+    `session` drawn at random, each round from its own draw."""
     points = []
     for _ in range(count):
-        drawn = rng.sample(pool, rounds)
-        points.append((tuple(b for b, _ in drawn), tuple(c for _, c in drawn)))
+        drawn = [session.trials[rng.randrange(len(session.trials))] for _ in range(rounds)]
+        points.append((tuple(t[0][i] for i, t in enumerate(drawn)),
+                       tuple(t[1][i] for i, t in enumerate(drawn))))
     return points
 
 
@@ -285,6 +286,12 @@ def print_data_bound(trials: list[Pairs], levels: dict[str, float],
               f"{100 * (1 - (1 - high) ** args.points):.1f} % of the time (95 %); shown slower "
               f"on {rate(sum(j.slower for j in judged), len(trials))}")
     ratios = [paired.judge_paired(b, c, args.threshold) for b, c in trials]
+    for n, lv in levels.items():
+        det = sorted(paired.judge_paired(b, c, args.threshold, alpha=lv).detectable
+                     for b, c in trials)
+        say(f"  {n}: detectable (smallest slowdown told from none with 95 % power at "
+            f"p < {lv:.2g}) median {100 * det[len(det) // 2]:.1f} %, quartiles "
+            f"{100 * det[len(det) // 4]:.1f} .. {100 * det[3 * len(det) // 4]:.1f} %")
     say(f"  largest Hodges-Lehmann ratio {max(v.ratio for v in ratios):.3f}, largest interval "
           f"low bound {max(v.ratio_low for v in ratios):.3f} (a regression needs > "
           f"{1 + args.threshold:.2f})")

@@ -101,16 +101,20 @@ def test_verdicts_per_level_are_judge_paireds(bse, pairs, factor, threshold):
         assert judged[name].slower == (p_slower < level)
 
 
-def test_pooled_points_draw_a_sessions_rounds_without_replacement(bse):
+def test_pooled_points_keep_each_rounds_place(bse):
     import random
 
     trials = [(tuple(10.0 * i + j for j in range(3)), tuple(10.0 * i + j + 0.5 for j in range(3)))
               for i in range(4)]
     session = bse.Session("A/A", "t", "1..2", trials)
-    pool = {(b, c) for base, cand in trials for b, c in zip(base, cand, strict=True)}
-    for base, cand in bse.pooled_points(session, 12, 5, random.Random(1)):
-        drawn = list(zip(base, cand, strict=True))
-        assert len(set(drawn)) == 12 and set(drawn) <= pool
+    points = bse.pooled_points(session, 3, 200, random.Random(1))
+    for base, cand in points:
+        # Round j comes from round j of some trial, its baseline and candidate together.
+        assert len(base) == 3
+        assert all(b % 10 == j and c == b + 0.5
+                   for j, (b, c) in enumerate(zip(base, cand, strict=True)))
+    # and from different trials: new points, not the recorded ones.
+    assert any(base not in {t[0] for t in trials} for base, _ in points)
 
 
 def test_kept_sessions_append_and_read_back(bab, tmp_path):
