@@ -28,10 +28,11 @@ missing; rewritten atomically after each session, so an interrupted run keeps wh
 --aa-sessions K runs the A/A phase K times (one A/A phase of --trials 67 is one live A/A session
 of the main job's size); --slowdown-trials sets the slowdown phase's trials (0: none).
 benchmarks/bench_session_errors.py resamples the kept A/A trials into simulated sessions;
-benchmarks/data/ab_rounds.json was recorded with (2026-12-02, this 2-core VM, shared)
-    python benchmarks/bench_ab.py --trials 67 --aa-sessions K --slowdown-trials 40 \
+benchmarks/data/ab_rounds.json was recorded on 2026-12-02, 03:56-04:20 UTC, on this 2-core VM
+while other sessions ran their tests (load average 8 to 18), by
+    python benchmarks/bench_ab.py --trials 67 --aa-sessions 1 --slowdown-trials 40 \
         --skip-history --record benchmarks/data/ab_rounds.json
-(its sessions' `command` fields hold the exact commands).
+(its sessions' `command`, `started`, `ended` and `load_average_1min` fields say the same).
 """
 
 from __future__ import annotations
