@@ -43,11 +43,14 @@ def test_append_keeps_the_last_runs_oldest_first(runs, keep):
 def test_append_run_is_atomic_valid_and_keeps_the_schema_version(tmp_path):
     path = tmp_path / "main.json"
     for i in range(12):
-        note = history.append_run(run_document(1 + i * 0.01), path)
-    assert "10 run(s) kept" in note
+        note = history.append_run(run_document(1 + i * 0.01), path, keep=10)
+    assert "10 run(s) kept, at most 10" in note
     doc = document.read_document(path)  # validates
     assert doc["distbench"]["schema_version"] == document.SCHEMA_VERSION
     assert len(doc["distbench"]["history"]) == 9
+    # By default a hundred runs are kept.
+    note = history.append_run(run_document(1.0), path)
+    assert "11 run(s) kept, at most 100" in note
     assert not list(tmp_path.glob(".*.tmp"))
     # A file written before history existed (plain v1) reads as one run.
     plain = run_document(1.0)
@@ -97,7 +100,7 @@ def test_compare_documents_uses_the_history_when_it_has_three_runs():
     slow = run_document(1.3)
     v = verdict.compare_documents(stored, slow, threshold=0.1).verdicts[0]
     assert v.kind == "regression" and v.z is not None and v.z > 3
-    assert "4 runs" in v.noise and v.gateable
+    assert "the 4 stored runs" in v.noise and v.gateable
     single = verdict.compare_documents(run_document(1.0), slow, threshold=0.1).verdicts[0]
     assert single.z is None and "unknown" in single.noise
     assert single.detectable is not None and math.isfinite(single.detectable)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from ..document import nccl_tests
-from ..document.history import p50_runs
+from ..document.environment import FINGERPRINT_FIELDS, as_sorted_set
 from ..document.record import Record
 from ..document.schema import records
 from ..document.session_intervals import headline_interval
@@ -28,15 +28,13 @@ from ..statistics.unpaired import (
     relative_change,
     within_run_detectable,
 )
+from .series import Series, series_of
 
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
 KINDS: tuple[Kind, ...] = get_args(Kind)  # in the order summaries count them
 # What a change a comparison saw but could not gate is called instead (docs/gating.md).
 UNGATED = {"regression": "slower", "improvement": "faster"}
 DEFAULT_THRESHOLD = 0.10
-
-# Environment fields that change what a benchmark measures; hostname and friends do not.
-FINGERPRINT_FIELDS = ("torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl", "world_sizes")
 
 
 @dataclass(frozen=True)
@@ -120,11 +118,13 @@ def judge_records(
     metric: str = "p50",
     alpha: float = DEFAULT_ALPHA,
     stored_p50s: Sequence[float] = (),
+    stored_label: str = "",
 ) -> Verdict:
     """The verdict for one benchmark present in both runs (validated records).
 
-    With stored_p50s from at least history.MIN_RUNS runs the verdict is judged against their
-    run-to-run spread (history.judge_history); otherwise from the two runs' samples alone.
+    With stored_p50s from at least history.MIN_RUNS runs (the baseline's current segment,
+    series.py; `stored_label` names them) the verdict is judged against their run-to-run
+    spread (history.judge_history); otherwise from the two runs' samples alone.
     """
     z = None
     cur_p50 = median(cur["samples"])
@@ -132,11 +132,13 @@ def judge_records(
     if len(usable) >= MIN_RUNS and cur_p50 > 0:
         h = judge_history(usable, cur_p50, threshold, alpha=alpha)
         kind, change, p_value, z = h.kind, h.change, None, h.z
-        detectable, noise = h.detectable, f"run-to-run, {h.runs} runs"
+        detectable, noise = h.detectable, f"run-to-run: {stored_label or f'{h.runs} runs'}"
     else:
         kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
         detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
-        noise = "within-run only: run-to-run noise unknown (1 stored run)"
+        noise = ("within-run only: run-to-run noise unknown ("
+                 + (f"{stored_label}: fewer than {MIN_RUNS})" if len(usable) > 1 else
+                    "1 stored run)"))
     single = z is None and min(len(base["samples"]), len(cur["samples"])) == 1
     if single and change is not None and change > -1:
         # One sample on a side (nccl-tests' mean per size) allows no test: the change is held
@@ -211,12 +213,15 @@ def compare_documents(
     baseline_label: str = "baseline",
     current_label: str = "current",
     progress: Callable[[int, int], None] | None = None,
+    series: Mapping[str, Series] | None = None,
 ) -> Comparison:
     """Judge every benchmark id found in either (validated) document.
 
     Ids only in the current document are "new", ids only in the baseline are "missing"; neither
     is a failure. A record's own "threshold" (from the current run) beats ``threshold``.
-    ``progress(judged, total)`` is told after each benchmark of the current document.
+    ``progress(judged, total)`` is told after each benchmark of the current document. A
+    baseline with a history is judged against each benchmark's current segment (`series`, as
+    series.series_of gives it: found here unless given).
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -226,7 +231,8 @@ def compare_documents(
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     base_records = records(baseline_doc)
     cur_records = records(current_doc)
-    runs = p50_runs(baseline_doc)
+    if series is None:
+        series = series_of(baseline_doc)
 
     verdicts: list[Verdict] = []
     for benchmark_id, cur in cur_records.items():
@@ -237,10 +243,11 @@ def compare_documents(
         if base is None:
             verdicts.append(_one_sided(benchmark_id, "new", cur, limit, metric, current=True))
             continue
-        stored = [run[benchmark_id] for run in runs if benchmark_id in run]
-        verdicts.append(
-            judge_records(base, cur, limit, metric=metric, alpha=alpha, stored_p50s=stored)
-        )
+        segment = series.get(benchmark_id)
+        verdicts.append(judge_records(
+            base, cur, limit, metric=metric, alpha=alpha,
+            stored_p50s=segment.current if segment else (),
+            stored_label=segment.describe_current() if segment else ""))
     for benchmark_id, base in base_records.items():
         if benchmark_id not in cur_records:
             limit = _threshold_for(None, base, threshold)
@@ -301,7 +308,7 @@ def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str,
         base = baseline_env.get(key)
         cur = current_env.get(key)
         if key == "world_sizes":
-            base, cur = _as_sorted_set(base), _as_sorted_set(cur)
+            base, cur = as_sorted_set(base), as_sorted_set(cur)
         if base != cur:
             lines.append(f"{key}: {_describe(base)} (baseline) vs {_describe(cur)} (current)")
     return lines
@@ -352,13 +359,6 @@ def timing_differences(base_records: dict[str, dict[str, Any]],
             pairs[(b, c)] += 1
     return [f"timing: {b} (baseline) vs {c} (current) for {n} benchmark(s); the two measure "
             "different things (docs/gpu.md)" for (b, c), n in sorted(pairs.items())]
-
-
-def _as_sorted_set(value: Any) -> Any:
-    # The order world sizes were requested in does not change what was measured.
-    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-        return sorted(set(value))
-    return value
 
 
 def _describe(value: Any) -> str:
