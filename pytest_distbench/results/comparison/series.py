@@ -11,11 +11,11 @@ the p50 stepped. The current segment is the runs since the last boundary of eith
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..document.history import stored_runs
+from ..document.history import history_of, stored_runs
 from ..document.schema import records
 from ..rendering.fit import QUOTED, printable
 from ..statistics.changepoints import change_points
@@ -91,7 +91,7 @@ class Series:
     def current_median(self) -> float:
         return median(self.current)
 
-    def describe_current(self) -> str:
+    def describe_current(self, commit: bool = True) -> str:
         """'the 7 runs since run 12 (commit abc1234)', or for a series without a step 'the 3
         stored runs'."""
         n = len(self.current)
@@ -99,8 +99,8 @@ class Series:
             return f"the {n} stored run{'s' if n != 1 else ''}"
         step = self.steps[-1]
         why = ", an environment change" if step.kind == "environment" else ""
-        return (f"the {n} run{'s' if n != 1 else ''} since run {step.run.index} "
-                f"(commit {step.run.commit_label}{why})")
+        said = f"the {n} run{'s' if n != 1 else ''} since run {step.run.index}"
+        return f"{said} (commit {step.run.commit_label}{why})" if commit else said
 
     def regression(self, threshold: float, recent: int = RECENT_RUNS) -> Step | None:
         """The change point that starts the current segment when it is a slowdown beyond
@@ -174,3 +174,33 @@ def _shown(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_shown(v) for v in value) + "]"
     return printable(value, most=QUOTED)
+
+
+@dataclass(frozen=True)
+class History:
+    """Every benchmark's series of one baseline, and the rule its regressions are found by."""
+
+    label: str  # the file, as the user named it
+    runs: int  # stored runs in the file
+    first: str  # the oldest and the newest run's dates
+    last: str
+    series: Mapping[str, Series]
+    names: Mapping[str, str]  # id -> the name the tables show
+    threshold: float  # a fraction
+    recent: int
+
+    def regressions(self) -> list[tuple[Series, Step]]:
+        return [(s, step) for s in self.series.values()
+                if (step := s.regression(self.threshold, self.recent)) is not None]
+
+
+def read_history(document: dict[str, Any], label: str, threshold: float,
+                 recent: int = RECENT_RUNS) -> History | None:
+    """A (validated) baseline's history, or None for a file of one run (no stored history)."""
+    if not history_of(document):
+        return None
+    series = series_of(document)
+    runs = [run.get("created") for run in stored_runs(document)]
+    dates = [Run(0, created, None, None, {}).date for created in (runs[0], runs[-1])]
+    names = {bid: str(rec.get("name") or bid) for bid, rec in records(document).items()}
+    return History(label, len(runs), dates[0], dates[1], series, names, threshold, recent)
