@@ -16,8 +16,8 @@ from .fit import printable, wrap
 
 
 def render_text(history: History) -> str:
-    out = [f"history of {printable(history.label)}: {history.runs} stored run(s), "
-           f"{history.first} to {history.last} (UTC), {len(history.series)} benchmark(s)"]
+    out = wrap(f"history of {printable(history.label)}: {history.runs} stored run(s), "
+               f"{history.first} to {history.last} (UTC), {len(history.series)} benchmark(s)")
     for s in history.series.values():
         out += wrap(_headline(s, history.names.get(s.id, s.id)))
         regression = s.regression(history.threshold, history.recent)
