@@ -128,3 +128,27 @@ def test_concurrent_appends_keep_every_run(tmp_path):
     expected = sorted(run_document(1 + w + i / 100)["benchmarks"][0]["distbench"]["summary"][
         "p50"] for w in range(workers) for i in range(each))
     assert stored == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_stored_run_costs_its_ids_and_p50s_and_a_fixed_part(tmp_path):
+    """docs/gating.md states what each stored run adds to the file: per benchmark its id and
+    its p50 in JSON (quotes, key, indentation, a float of 17 digits), plus one fixed part per
+    run (time, commit, fingerprint, probe)."""
+    sizes = [1 << k for k in range(10)]
+    path = tmp_path / "main.json"
+    lengths = []
+    for i in range(4):
+        records = [benchmark_record(s, [0.001 * (1 + i / 100) * (1 + 0.01 * (k % 7))
+                                        for k in range(40)]) for s in sizes]
+        doc = document.make_document(records, {**ENVIRONMENT, "world_sizes": [3, 2]}, ["pytest"],
+                                     commit_info={"id": "f" * 40, "dirty": True})
+        history.append_run(doc, path)
+        lengths.append(path.stat().st_size)
+    ids = [f"pytest_distbench/suites/test_collectives.py::test_all_reduce[gloo-ws2-{s}]"
+           for s in sizes]
+    per_run = lengths[3] - lengths[2]
+    assert per_run <= sum(len(b) + 40 for b in ids) + 700, per_run
+    runs = history.stored_runs(document.read_document(path))
+    assert runs[0]["commit"] == "f" * 40 and runs[0]["dirty"] is True
+    assert runs[0]["environment"] == {**{k: ENVIRONMENT.get(k) for k in (
+        "torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl")}, "world_sizes": [2, 3]}
