@@ -27,14 +27,17 @@ MIN_SIZE finds steps sooner and lets a few outliers in a row pass for a step.
 from __future__ import annotations
 
 import math
+import numbers
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from .distributions import mann_whitney_p_values
 from .paired import MAD_TO_SD
 from .stats import median
 
-DEFAULT_ALPHA = 0.001
+DEFAULT_ALPHA = 1e-4
 MIN_SIZE = 5
 # Pelt's penalty per change point, in units of the noise variance: about BIC's 2 log n at a
 # hundred runs, low enough that the test, not the penalty, decides.
@@ -55,24 +58,24 @@ def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
     """The change points of a series of positive p50s (oldest first), each kept at p < alpha
     between the segments beside it; none in a series shorter than 2 x min_size."""
     logs = _logs(values)
+    values = [float(v) for v in values]
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
     if not isinstance(min_size, int) or min_size < 2:
         raise ValueError(f"min_size must be an integer of at least 2, got {min_size!r}")
     splits = _candidates(logs, min_size)
-    while splits:
+    while True:
+        splits = _placed(logs, splits)
         bounds = [0, *splits, len(logs)]
-        p_values = [_split_p(logs[bounds[i - 1]:bounds[i]], logs[bounds[i]:bounds[i + 1]])
-                    for i in range(1, len(bounds) - 1)]
-        weakest = max(range(len(splits)), key=p_values.__getitem__)
-        if p_values[weakest] < alpha:
+        p_values = [_split_p(logs[bounds[i - 1]:bounds[i]], logs[bounds[i]:bounds[i + 1]],
+                             min_size) for i in range(1, len(bounds) - 1)]
+        if not splits or max(p_values) < alpha:
             break
-        del splits[weakest]
-    bounds = [0, *splits, len(logs)]
+        del splits[max(range(len(splits)), key=p_values.__getitem__)]
     points = []
-    for i, (run, p) in enumerate(zip(splits, p_values if splits else [])):
-        before = math.exp(median(logs[bounds[i]:run]))
-        after = math.exp(median(logs[run:bounds[i + 2]]))
+    for i, (run, p) in enumerate(zip(splits, p_values, strict=True)):
+        before = median(values[bounds[i]:run])
+        after = median(values[run:bounds[i + 2]])
         points.append(ChangePoint(run, before, after, (after / before - 1) * 100, p))
     return points
 
@@ -87,7 +90,7 @@ def segment_start(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
 def _logs(values: Sequence[float]) -> list[float]:
     logs = []
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
                 or not math.isfinite(value) or value <= 0:
             raise ValueError(f"p50s must be finite positive numbers: run {i} is {value!r}")
         logs.append(math.log(value))
@@ -97,7 +100,7 @@ def _logs(values: Sequence[float]) -> list[float]:
 def _noise(logs: list[float]) -> float:
     """Run-to-run noise of the logs (an sd), 0 for a constant series: from the differences of
     neighbouring runs, which a step changes in one place only."""
-    steps = [b - a for a, b in zip(logs, logs[1:])]
+    steps = [b - a for a, b in pairwise(logs)]
     spread = MAD_TO_SD * median([abs(s - median(steps)) for s in steps]) / math.sqrt(2)
     if spread > 0:
         return spread
@@ -122,6 +125,31 @@ def _candidates(logs: list[float], min_size: int) -> list[int]:
     return [int(end) for end in ends[:-1]]
 
 
-def _split_p(before: list[float], after: list[float]) -> float:
+def _placed(logs: list[float], splits: list[int]) -> list[int]:
+    """Each split moved to the best one (least squares) between its neighbours, left to right.
+
+    Pelt's min_size makes every segment hold min_size runs, and a step four runs old gets one
+    run from before it to make up the fifth: placed anew, the new segment is four runs again
+    (and waits for its fifth), so a change point is reported at the run it started."""
+    placed: list[int] = []
+    for i, split in enumerate(splits):
+        low = placed[-1] if placed else 0
+        high = splits[i + 1] if i + 1 < len(splits) else len(logs)
+        segment = logs[low:high]
+        total, left, best = sum(segment), 0.0, (math.inf, split)
+        for k in range(1, len(segment)):
+            left += segment[k - 1]
+            right = total - left
+            # the halves' sum of squared deviations, less the sum of squares of all (constant)
+            cost = -(left * left / k + right * right / (len(segment) - k))
+            best = min(best, (cost, low + k))
+        placed.append(best[1])
+    return placed
+
+
+def _split_p(before: list[float], after: list[float], min_size: int) -> float:
+    if min(len(before), len(after)) < min_size:
+        return 1.0  # merged away first: a few runs are not a segment
     greater, less = mann_whitney_p_values(after, before)
-    return min(1.0, 2 * min(greater, less))
+    # The normal approximation (ties, or long segments) underflows past z = 38: below any alpha.
+    return min(1.0, max(2 * min(greater, less), sys.float_info.min))
