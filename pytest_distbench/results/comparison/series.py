@@ -116,13 +116,15 @@ class Series:
 
 def series_of(document: dict[str, Any]) -> dict[str, Series]:
     """Every benchmark of a (validated) baseline as a series, in the file's order: the ids of
-    its own (latest) run first, then those only earlier runs hold."""
+    its own (latest) run first, then those only earlier runs hold; one whose every p50 is 0
+    (nothing a ratio can be taken of) has none."""
     stored = stored_runs(document)
     runs = [Run(i, run.get("created"), run.get("commit"), run.get("dirty"),
                 run.get("environment") or {}) for i, run in enumerate(stored)]
     ids = list(records(document)) + [bid for run in stored for bid in run["p50_s"]]
-    return {bid: series_for(bid, runs, [run["p50_s"].get(bid) for run in stored])
-            for bid in dict.fromkeys(ids)}
+    found = (series_for(bid, runs, [run["p50_s"].get(bid) for run in stored])
+             for bid in dict.fromkeys(ids))
+    return {s.id: s for s in found if s.runs}
 
 
 def series_for(benchmark_id: str, runs: Sequence[Run], p50s: Sequence[float | None]
