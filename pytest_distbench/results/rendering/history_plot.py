@@ -51,7 +51,10 @@ def _draw(plt: object, s: Series, name: str, history: History, path: Path) -> Re
         ax.axvline(x, color=COLOURS[kind], linestyle="--", linewidth=1.2,
                    label=label if kind not in drawn else None)
         drawn.add(kind)
-        ax.annotate(_note(step), (x, 1), xycoords=("data", "axes fraction"),
+        note = _note(step)
+        if kind == "regression":
+            note = f"regression since run {step.run.index}\n(commit {step.run.commit_label})\n{note}"
+        ax.annotate(literal(note), (x, 1), xycoords=("data", "axes fraction"),
                     xytext=(3, -3), textcoords="offset points", ha="left", va="top",
                     fontsize="small", color=COLOURS[kind])
     ax.set_xlabel("stored run (0 = the oldest)")
