@@ -53,7 +53,8 @@ def _draw(plt: object, s: Series, name: str, history: History, path: Path) -> Re
         drawn.add(kind)
         note = _note(step)
         if kind == "regression":
-            note = f"regression since run {step.run.index}\n(commit {step.run.commit_label})\n{note}"
+            note = (f"regression since run {step.run.index}\n"
+                    f"(commit {step.run.commit_label})\n{note}")
         ax.annotate(literal(note), (x, 1), xycoords=("data", "axes fraction"),
                     xytext=(3, -3), textcoords="offset points", ha="left", va="top",
                     fontsize="small", color=COLOURS[kind])
