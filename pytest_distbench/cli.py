@@ -141,8 +141,8 @@ def _add_history_command(commands: argparse._SubParsersAction) -> None:
             "and the median of its current segment, then each step: a change point (the run "
             "it started at, its date and commit, the medians before and after, the change, "
             "its p) or an environment change. A change point that starts the current segment, "
-            "among the newest --recent runs, slower by more than --threshold is a regression "
-            "(docs/gating.md)."
+            "slower by more than --threshold, first shown within the newest --recent runs is a "
+            "regression (docs/gating.md)."
         ),
     )
     command.add_argument("baseline", metavar="NAME|PATH",
@@ -155,8 +155,8 @@ def _add_history_command(commands: argparse._SubParsersAction) -> None:
                          help="slowdown beyond which a change point is a regression: '10%%' or "
                          "'0.1' (default 10%%)")
     command.add_argument("--recent", type=_parse_runs, default=RECENT_RUNS, metavar="N",
-                         help="a regression starts among this many newest runs (default "
-                         "%(default)s)")
+                         help="a step is a regression for this many runs after the history "
+                         "first shows it (default %(default)s)")
     command.add_argument("--fail-on-regression", action="store_true",
                          help="exit 1 if any benchmark has a regression (a nightly job's check)")
     command.add_argument("--plot", metavar="DIR", default=None,
@@ -473,7 +473,7 @@ def _history(args: argparse.Namespace) -> int:
     regressions = history.regressions()
     if args.fail_on_regression and regressions:
         _error(f"--fail-on-regression: {len(regressions)} benchmark(s) with a regression "
-               "among the newest runs (above)")
+               "(above)")
         return EXIT_FAILED
     return EXIT_OK
 

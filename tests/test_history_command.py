@@ -66,12 +66,12 @@ def history_of(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_a_clean_step_is_found_at_the_run_it_started_and_nothing_elsewhere(tmp_path, capsys):
-    path = baseline(tmp_path / "main.json", runs=24, step_at=12)
+    path = baseline(tmp_path / "main.json", runs=30, step_at=12)
     code, out, err = history_of(capsys, path, "--format", "json")
     assert code == 0, err
     found = json.loads(out)["benchmarks"]
     stepped, steady = found[IDS[STEP]], found[IDS[STEADY]]
-    assert stepped["runs"] == steady["runs"] == 24
+    assert stepped["runs"] == steady["runs"] == 30
     [point] = stepped["change_points"]
     assert point["run"] == 12  # the first run at the new speed, 0 the oldest
     assert point["after"] / point["before"] == pytest.approx(1.3, rel=0.03)
@@ -79,8 +79,8 @@ def test_a_clean_step_is_found_at_the_run_it_started_and_nothing_elsewhere(tmp_p
     assert point["p"] < 0.001
     assert point["commit"].startswith("12") and point["time"].startswith("2026-11-13")
     assert steady["change_points"] == [] and steady["environment_changes"] == []
-    assert stepped["current"]["start_run"] == 12 and stepped["current"]["runs"] == 12
-    # 12 runs since the step: older than the 10 newest, the accepted speed, not a regression.
+    assert stepped["current"]["start_run"] == 12 and stepped["current"]["runs"] == 18
+    # 18 runs since the step: shown by the history as it stood 7 runs ago, the accepted speed.
     assert stepped["regression"] is None and json.loads(out)["regressions"] == []
 
     code, out, err = history_of(capsys, path)
@@ -88,24 +88,44 @@ def test_a_clean_step_is_found_at_the_run_it_started_and_nothing_elsewhere(tmp_p
     lines = out.splitlines()
     assert max(map(len, lines)) <= fit.WIDTH, out
     at = next(i for i, line in enumerate(lines) if line.startswith(NAMES[STEP]))
-    assert "24 run(s), latest p50 1," in lines[at] and "(the 12 runs since run 12)" in lines[at]
+    assert "30 run(s), latest p50 1," in lines[at] and "(the 18 runs since run 12)" in lines[at]
     assert lines[at + 1].startswith("  run 12 (2026-11-13 03:00, commit 12ccccc): change point ")
     assert "(+3" in lines[at + 1] or "(+2" in lines[at + 1], lines[at + 1]
     assert next(line for line in lines if line.startswith(NAMES[STEADY])).endswith(
-        "(the 24 stored runs), no step")
-    assert "no regression among the newest 10 runs of any benchmark" in out
+        "(the 30 stored runs), no step")
+    assert "no regression: no slowdown beyond 10 % first shown within the newest 7 runs" in out
 
 
-@pytest.mark.parametrize(("step_at", "step", "fails"), [
-    (17, 1.3, True),  # 7 runs at the new speed: among the newest 10
-    (5, 1.3, False),  # 19 runs ago: the accepted speed
-    (17, 1 / 1.3, False),  # faster
-    (17, 1.05, False),  # within the threshold
-    (None, 1.0, False),
+def test_a_step_is_a_regression_for_the_recent_runs_after_it_is_first_shown():
+    """However many runs the history took to show the step (more on a noisier series), the
+    nightly check reports it for --recent runs from then on, and not before or after."""
+    from pytest_distbench.results.comparison.series import RECENT_RUNS, Run, series_for
+
+    for noise in (0.01, 0.05):
+        rng = random.Random(5)
+        values = [(1.3 if i >= 12 else 1.0) * (1 + rng.gauss(0, noise)) for i in range(45)]
+        shown, regression = [], []
+        for n in range(13, len(values) + 1):
+            series = series_for("x", [Run(i, None, None, None, {}) for i in range(n)],
+                                values[:n])
+            if series.steps and series.start == 12:
+                shown.append(n)
+            if series.regression(0.10) is not None:
+                regression.append(n)
+        assert shown, noise
+        assert regression == list(range(shown[0], shown[0] + RECENT_RUNS)), (noise, shown)
+
+
+@pytest.mark.parametrize(("runs", "step_at", "step", "fails"), [
+    (24, 17, 1.3, True),  # 7 runs at the new speed: first shown within the newest 7
+    (40, 8, 1.3, False),  # shown long ago: the accepted speed
+    (24, 17, 1 / 1.3, False),  # faster
+    (24, 17, 1.05, False),  # within the threshold
+    (24, None, 1.0, False),
 ], ids=["new-slowdown", "old-slowdown", "speed-up", "small", "unchanged"])
 def test_fail_on_regression_fails_a_slowdown_among_the_newest_runs_only(
-        tmp_path, capsys, step_at, step, fails):
-    path = baseline(tmp_path / "main.json", runs=24, step_at=step_at, step=step)
+        tmp_path, capsys, runs, step_at, step, fails):
+    path = baseline(tmp_path / "main.json", runs=runs, step_at=step_at, step=step)
     code, out, err = history_of(capsys, path, "--fail-on-regression")
     assert code == (1 if fails else 0), out + err
     said = "regression since run 17 (commit 17ccccc)"
@@ -119,8 +139,9 @@ def test_fail_on_regression_fails_a_slowdown_among_the_newest_runs_only(
 def test_a_smaller_threshold_or_a_longer_window_makes_a_regression(tmp_path, capsys):
     small = baseline(tmp_path / "small.json", step_at=17, step=1.05)
     assert history_of(capsys, small, "--fail-on-regression", "--threshold", "3%")[0] == 1
-    old = baseline(tmp_path / "old.json", step_at=5)
-    assert history_of(capsys, old, "--fail-on-regression", "--recent", "19")[0] == 1
+    old = baseline(tmp_path / "old.json", runs=40, step_at=8)
+    assert history_of(capsys, old, "--fail-on-regression")[0] == 0
+    assert history_of(capsys, old, "--fail-on-regression", "--recent", "30")[0] == 1
 
 
 def test_an_environment_change_starts_a_segment_and_is_never_a_regression(tmp_path, capsys):

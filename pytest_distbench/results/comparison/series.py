@@ -21,9 +21,14 @@ from ..rendering.fit import QUOTED, printable
 from ..statistics.changepoints import change_points
 from ..statistics.stats import median
 
-# A slowdown that starts the current segment is a regression while it is among this many
-# newest runs of the series; older, it is the accepted speed (the gate judges against it).
-RECENT_RUNS = 10
+# A slowdown that starts the current segment is a regression for this many runs after the
+# history first shows it (about a week of nightly runs); then it is the accepted speed, as it
+# already is for the gate. Counted from when it was shown, not from the step itself: a step
+# on a noisy series takes more runs to show, and must still be reported.
+RECENT_RUNS = 7
+# How far (runs) the change point found in a shorter series may lie from today's and still be
+# the same step: the change-point test keeps 5 runs a side, so two steps are further apart.
+NEAR = 2
 
 
 @dataclass(frozen=True)
@@ -104,14 +109,21 @@ class Series:
 
     def regression(self, threshold: float, recent: int = RECENT_RUNS) -> Step | None:
         """The change point that starts the current segment when it is a slowdown beyond
-        `threshold` (a fraction) among the `recent` newest runs of the series, else None."""
+        `threshold` (a fraction) that the series as it stood `recent` runs ago did not show
+        yet (the history first showed it within its `recent` newest runs), else None."""
         if not self.steps:
             return None
-        step = self.steps[-1]
-        if (step.kind == "change" and len(self.runs) - self.start <= recent
-                and step.change_pct > threshold * 100):
-            return step
-        return None
+        step, at = self.steps[-1], self.start
+        if step.kind != "change" or step.change_pct <= threshold * 100:
+            return None
+        # The current environment's stretch, as it stood `recent` runs ago.
+        lo = max((self.runs.index(s.run) for s in self.steps if s.kind == "environment"),
+                 default=0)
+        then = self.p50s[lo:len(self.p50s) - recent]
+        shown = len(then) > at - lo and any(
+            abs(lo + cp.run - at) <= NEAR and cp.change_pct > threshold * 100
+            for cp in change_points(then))
+        return None if shown else step
 
 
 def series_of(document: dict[str, Any]) -> dict[str, Series]:

@@ -67,8 +67,8 @@ def _draw(plt: object, s: Series, name: str, history: History, path: Path) -> Re
     ax.set_title(literal(name), fontweight="bold", fontsize="medium")
     caption = (f"{len(s.runs)} runs; current segment: {s.describe_current()}, median "
                f"{s.current_median * 1e6:.4g} us; regression: a change point starting the "
-               f"current segment among the newest {history.recent} runs, slower by more than "
-               f"{history.threshold * 100:g} %")
+               f"current segment, slower by more than {history.threshold * 100:g} %, first "
+               f"shown within the newest {history.recent} runs")
     fig.text(0.5, 0.01, literal(caption), ha="center", va="bottom", fontsize="x-small",
              color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 1))

@@ -26,7 +26,8 @@ def render_text(history: History) -> str:
             if step is regression:
                 out.append(f"    regression since run {step.run.index} (commit "
                            f"{step.run.commit_label}): slower by more than "
-                           f"{history.threshold * 100:g} %, among the newest {history.recent} runs")
+                           f"{history.threshold * 100:g} %, first shown within the newest "
+                           f"{history.recent} runs")
     regressions = history.regressions()
     out.append("")
     if regressions:
@@ -36,7 +37,8 @@ def render_text(history: History) -> str:
         more = f" and {len(regressions) - 10} more" if len(regressions) > 10 else ""
         out += wrap(f"{len(regressions)} regression(s): {shown}{more}")
     else:
-        out.append(f"no regression among the newest {history.recent} runs of any benchmark")
+        out.append(f"no regression: no slowdown beyond {history.threshold * 100:g} % first shown "
+                   f"within the newest {history.recent} runs")
     out += [part for line in _legend(history) for part in wrap(line)]
     return "\n".join(out) + "\n"
 
@@ -64,9 +66,9 @@ def _legend(history: History) -> list[str]:
         "p-value), or an environment change (torch, CUDA, NCCL, CPU, GPUs, CPU count or world "
         "sizes differ from the run before), never a regression. Runs are numbered from 0, the "
         "oldest stored.",
-        f"# regression: a change point that starts the current segment, among the newest "
-        f"{history.recent} runs, slower by more than the threshold ({history.threshold * 100:g} "
-        "%): docs/gating.md.",
+        f"# regression: a change point that starts the current segment, slower by more than "
+        f"the threshold ({history.threshold * 100:g} %), which the history as it stood "
+        f"{history.recent} runs ago did not show yet (--recent): docs/gating.md.",
     ]
 
 
