@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...units import format_figure
 from ..comparison.series import History, Series, Step
 from ..statistics.stats import median
 from .plot import Rendered, literal, pyplot, save_figure, unique_name
@@ -66,9 +67,10 @@ def _draw(plt: object, s: Series, name: str, history: History, path: Path) -> Re
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(literal(name), fontweight="bold", fontsize="medium")
     caption = (f"{len(s.runs)} runs; current segment: {s.describe_current()}, median "
-               f"{s.current_median * 1e6:.4g} us; regression: a change point starting the "
-               f"current segment, slower by more than {history.threshold * 100:g} %, first "
-               f"shown within the newest {history.recent} runs")
+               f"{format_figure(s.current_median * 1e6)} us; regression: a change point "
+               f"starting the current segment, slower by more than "
+               f"{history.threshold * 100:g} %, first shown within the newest {history.recent} "
+               "runs")
     fig.text(0.5, 0.01, literal(caption), ha="center", va="bottom", fontsize="x-small",
              color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
