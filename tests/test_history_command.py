@@ -60,6 +60,7 @@ def baseline(path: Path, runs: int = 24, step_at: int | None = None, step: float
 
 
 def history_of(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # what came before (a session's echoed output) is not the command's
     code = cli.main(["history", *map(str, argv)])
     out, err = capsys.readouterr()
     return code, out, err
