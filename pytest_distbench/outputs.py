@@ -221,7 +221,8 @@ def _finish(config: pytest.Config, distbench: Session) -> None:
         _write_plots(distbench, document, Path(plot_dir), gate_document)
     markdown_path = options.markdown
     if markdown_path:
-        _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory)
+        _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory,
+                        ab=gating.ab_markdown(config))
 
 
 def _left_out(distbench: Session, problem: Exception) -> None:
@@ -371,6 +372,15 @@ def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:
     from .results.rendering.fit import wrap
 
     lines = family_lines(distbench.records)
+    gate_line = gating.digest(config)
+    if gate_line:
+        lines += wrap(gate_line)
+    if distbench.comparison is not None:
+        from .results.rendering.report import summary_line
+
+        lines += wrap(f"against {distbench.comparison.baseline_label}: "
+                      f"{summary_line(distbench.comparison)}; family-wise "
+                      f"{distbench.comparison.alpha * 100:g} %")
     json_path, markdown_path = of_session(config).json, of_session(config).markdown
     where = ["the full tables above",
              _pointer(distbench, json_path, "every sample in", "every sample: --distbench-json"),
@@ -436,13 +446,13 @@ def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
 
 
 def _write_markdown(distbench: Session, document: dict[str, Any], path: Path, *,
-                    memory: bool = False) -> None:
+                    memory: bool = False, ab: str | None = None) -> None:
     from .results import document as storage
     from .results.rendering import markdown
 
     text = markdown.render(storage.records(document).values(),
                            document["distbench"]["environment"], distbench.comparison,
-                           memory=memory)
+                           memory=memory, ab=ab)
     try:
         markdown.append(path, text)
     except OSError as exc:

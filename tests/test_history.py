@@ -88,7 +88,7 @@ def test_history_verdict_against_a_quiet_and_a_noisy_history():
     quiet = [1.00, 1.01, 0.99, 1.00, 1.02]
     noisy = [1.0, 1.4, 0.7, 1.2, 0.8]
     assert judge_history(quiet, 1.25, 0.10).kind == "regression"
-    assert judge_history(noisy, 1.25, 0.10).kind == "unchanged"
+    assert judge_history(noisy, 1.25, 0.10).kind == "inconclusive"  # +25 %, not shown
     assert judge_history(quiet, 1.0, 0.1).detectable < 0.10 < judge_history(
         noisy, 1.0, 0.1).detectable
 
@@ -104,6 +104,25 @@ def test_compare_documents_uses_the_history_when_it_has_three_runs():
     single = verdict.compare_documents(run_document(1.0), slow, threshold=0.1).verdicts[0]
     assert single.z is None and "unknown" in single.noise
     assert single.detectable is not None and math.isfinite(single.detectable)
+
+
+def test_against_a_history_the_table_and_the_gate_show_one_change_and_a_p():
+    """Issue 52: the table printed +23.6 % (against the latest stored run) while the gate
+    judged +42.81 % (against the stored median), and its p-value column held a z."""
+    from pytest_distbench.results.rendering.report import render
+
+    stored = None
+    for scale in (1.0, 1.02, 0.98, 1.01, 1.15):  # the latest stored run is the slowest
+        stored = history.with_history(run_document(scale), stored)
+    v = verdict.compare_documents(stored, run_document(1.3), threshold=0.1).verdicts[0]
+    centre = math.exp(statistics.median(math.log(0.00103 * s) for s in
+                                        (1.0, 1.02, 0.98, 1.01, 1.15)))
+    assert v.baseline_p50 == pytest.approx(centre, rel=1e-3)
+    assert v.metric_change == v.change == pytest.approx(v.current_p50 / v.baseline_p50 - 1)
+    assert 0 < v.p_value < 0.01 and v.level == 0.01  # one benchmark judged: all of the 1 %
+    table = render(verdict.compare_documents(stored, run_document(1.3), threshold=0.1))
+    assert f"{v.change * 100:+.1f}%" in table and f"{v.p_value:.2g}" in table
+    assert "z " not in table.split("\n\n")[0]
 
 
 def _append_runs(path: str, worker: int, count: int) -> None:

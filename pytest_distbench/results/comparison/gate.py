@@ -16,6 +16,7 @@ import pytest
 from ..document import history, io, nccl_tests, schema
 from ..document.record import Record
 from ..statistics.runs import MIN_RUNS
+from ..statistics.vocabulary import FAMILY_ALPHA
 from . import verdict
 from .series import series_of
 
@@ -33,6 +34,10 @@ class Gate:
         # nccl-tests' JSON as the baseline: its records are keyed by what they measured, and
         # so is each fresh record looked up (nccl_tests.key), not by pytest node id.
         self.id_of = nccl_tests.key if nccl_tests.from_document(document) else _own_id
+        # The level each judged record's test was held to (its share of the session's
+        # family-wise rate), so the session's table judges it at the same level.
+        self.levels: dict[str, float] = {}
+        self.tests = 1  # the session's distbench tests (gating.py sets it after collection)
 
     @classmethod
     def load(cls, name_or_path: str, baseline_dir: Path, strict: bool) -> Gate:
@@ -55,15 +60,19 @@ class Gate:
         current.pop("world_sizes", None)
         return verdict.fingerprint_differences(baseline_env, current)
 
-    def judge(self, record: Record, threshold: float) -> verdict.Verdict | None:
-        """The verdict for one fresh record, or None when the baseline lacks it."""
+    def judge(self, record: Record, threshold: float, level: float = FAMILY_ALPHA
+              ) -> verdict.Verdict | None:
+        """The verdict for one fresh record at `level` (vocabulary.point_level), or None when
+        the baseline lacks it."""
         found = self.id_of(record)
         base = self.baseline.get(found)
         if base is None:
             return None
+        self.levels[record["id"]] = self.levels[found] = level  # nccl-tests: keyed as found
         segment = self.series.get(found)
         return verdict.judge_records(
-            base, record, threshold, stored_p50s=segment.current if segment else (),
+            base, record, threshold, alpha=level,
+            stored_p50s=segment.current if segment else (),
             stored_label=segment.describe_current() if segment else "")
 
     @property
@@ -95,7 +104,8 @@ class Gate:
                 f"performance regression against {self.path}: p50 {v.current_p50 * 1e6:.1f} us "
                 f"is {v.change * 100:+.1f} % from the median of {segment} "
                 f"(threshold {v.threshold * 100:g} %); robust z = {v.z:.1f} against their "
-                "run-to-run spread"
+                f"run-to-run spread, p = {v.p_value:.2g} < {v.level:.2g} (this point's share of "
+                f"the session's family-wise {FAMILY_ALPHA * 100:g} %)"
             )
         baseline_samples = len(self.baseline[v.id]["samples"])
         return (
@@ -112,6 +122,9 @@ class Gate:
             threshold=threshold,
             baseline_label=str(self.path),
             current_label="this run",
+            family=self.tests,
+            levels=self.levels,
+            family_unit="tests",
             series=self.series,
         )
 
