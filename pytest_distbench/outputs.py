@@ -211,7 +211,7 @@ def _finish(config: pytest.Config, distbench: Session) -> None:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
     save_path = gating.save_path(config)
     if save_path is not None and options.append:
-        _append(distbench, document, save_path)
+        _append(distbench, document, save_path, options.keep_runs)
     elif save_path is not None:
         _write(distbench, document, save_path, overwrite=options.overwrite,
                what="baseline")
@@ -419,13 +419,13 @@ def _failed(distbench: Session, message: str) -> None:
     distbench.output_errors.append(message)
 
 
-def _append(distbench: Session, document: dict[str, Any], path: Path) -> None:
-    """--distbench-append: this run added to the baseline's history."""
+def _append(distbench: Session, document: dict[str, Any], path: Path, keep: int) -> None:
+    """--distbench-append: this run added to the baseline's history (`keep` runs at most)."""
     from .results.document import ResultsFileError
     from .results.document.history import append_run
 
     try:
-        distbench.notes.append(append_run(document, path))
+        distbench.notes.append(append_run(document, path, keep))
     except (OSError, ValueError, ResultsFileError) as exc:
         _failed(distbench, f"could not add this run to baseline {path}: {exc}")
 

@@ -223,7 +223,7 @@ def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbe
     document.write_document(stored, path, overwrite=False)
     learned = distbench_run("--distbench", "--distbench-compare=main")
     learned.stdout.fnmatch_lines([
-        "*stored runs: verdicts judge each p50 against its learned run-to-run spread*",
+        "*stored runs: verdicts judge each p50 against the learned run-to-run spread of its*",
         "*change*p-value*detectable*verdict*",
         "test_work*",
     ])

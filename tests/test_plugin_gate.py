@@ -80,7 +80,7 @@ def test_real_slowdown_against_stored_runs_fails_its_own_test_with_the_figures(
     # test_work regresses.
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*performance regression against *main.json: p50 * us is +*% from the median of 3 "
+        "*performance regression against *main.json: p50 * us is +*% from the median of the 3 "
         "stored runs (threshold 300 %); robust z = * against their run-to-run spread*",
         "*distbench comparison*",
         "*test_work?gloo-ws2?*regression*",

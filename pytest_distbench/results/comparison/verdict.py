@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from ..document import nccl_tests
-from ..document.history import p50_runs
+from ..document.environment import FINGERPRINT_FIELDS, as_sorted_set
 from ..document.record import Record
 from ..document.schema import records
 from ..document.session_intervals import headline_interval
@@ -28,14 +28,12 @@ from ..statistics.unpaired import (
     within_run_detectable,
 )
 from ..statistics.vocabulary import FAMILY_ALPHA, Kind, decide, point_level
+from .series import Series, series_of
 
 DEFAULT_ALPHA = FAMILY_ALPHA  # family-wise: each point of a comparison gets its share
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
 KINDS: tuple[Kind, ...] = get_args(Kind)  # in the order summaries count them
 DEFAULT_THRESHOLD = 0.10
-
-# Environment fields that change what a benchmark measures; hostname and friends do not.
-FINGERPRINT_FIELDS = ("torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl", "world_sizes")
 
 
 @dataclass(frozen=True)
@@ -122,12 +120,14 @@ def judge_records(
     metric: str = "p50",
     alpha: float = DEFAULT_ALPHA,
     stored_p50s: Sequence[float] = (),
+    stored_label: str = "",
 ) -> Verdict:
     """The verdict for one benchmark present in both runs (validated records), its test held to
     `alpha` (the point's level: vocabulary.point_level).
 
-    With stored_p50s from at least history.MIN_RUNS runs the verdict is judged against their
-    run-to-run spread (history.judge_history), and the change is against their median;
+    With stored_p50s from at least history.MIN_RUNS runs (the baseline's current segment,
+    series.py; `stored_label` names them) the verdict is judged against their run-to-run
+    spread (history.judge_history), and the change is against their median;
     otherwise from the two runs' samples alone, by a comparison that cannot gate. Either way
     vocabulary.decide words it.
     """
@@ -139,13 +139,15 @@ def judge_records(
     if len(usable) >= MIN_RUNS and cur_p50 > 0:
         h = judge_history(usable, cur_p50, threshold, alpha=alpha)
         kind, change, p_value, z = h.kind, h.change, h.p_value, h.z
-        detectable, noise = h.detectable, f"run-to-run, {h.runs} runs"
+        detectable, noise = h.detectable, f"run-to-run: {stored_label or f'{h.runs} runs'}"
         # One change per comparison: the one the gate judged, against the baseline it names.
         base_p50 = h.baseline_p50
         if metric == "p50":
             base_value = base_p50
     else:
-        kind, change, p_value, detectable, noise = _judge_runs(base, cur, threshold, alpha)
+        stored = f"{stored_label}: fewer than {MIN_RUNS}" if len(usable) > 1 else "1 stored run"
+        kind, change, p_value, detectable, noise = _judge_runs(base, cur, threshold, alpha,
+                                                               stored)
     return Verdict(
         id=cur["id"],
         kind=kind,
@@ -168,8 +170,8 @@ def judge_records(
     )
 
 
-def _judge_runs(base: dict[str, Any], cur: dict[str, Any], threshold: float, level: float
-                ) -> tuple[Kind, float, float | None, float, str]:
+def _judge_runs(base: dict[str, Any], cur: dict[str, Any], threshold: float, level: float,
+                stored: str = "1 stored run") -> tuple[Kind, float, float | None, float, str]:
     """(kind, change, p, detectable, noise) of two runs' samples: a comparison that cannot gate
     (one run per side shows no run-to-run noise), whatever it shows."""
     base_p50, cur_p50 = median(base["samples"]), median(cur["samples"])
@@ -192,7 +194,7 @@ def _judge_runs(base: dict[str, Any], cur: dict[str, Any], threshold: float, lev
     kind = decide(p_slower=p_slower if apart else 1.0, p_faster=p_faster if apart else 1.0,
                   level=level, low=moved, high=moved, threshold=threshold, gateable=False)
     return (kind, change, p_value, detectable,
-            "within-run only: run-to-run noise unknown (1 stored run)")
+            f"within-run only: run-to-run noise unknown ({stored})")
 
 
 def _beyond_threshold(change: float | None, threshold: float) -> bool:
@@ -223,12 +225,15 @@ def compare_documents(
     family: int | None = None,
     levels: Mapping[str, float] | None = None,
     family_unit: str = "benchmarks",
+    series: Mapping[str, Series] | None = None,
 ) -> Comparison:
     """Judge every benchmark id found in either (validated) document.
 
     Ids only in the current document are "new", ids only in the baseline are "missing"; neither
     is a failure. A record's own "threshold" (from the current run) beats ``threshold``.
-    ``progress(judged, total)`` is told after each benchmark of the current document.
+    ``progress(judged, total)`` is told after each benchmark of the current document. A
+    baseline with a history is judged against each benchmark's current segment (`series`, as
+    series.series_of gives it: found here unless given).
 
     ``alpha`` is family-wise: each judged benchmark is held to alpha / family (Bonferroni;
     family defaults to the benchmarks judged here), unless ``levels`` gives its level (a
@@ -242,7 +247,8 @@ def compare_documents(
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     base_records = records(baseline_doc)
     cur_records = records(current_doc)
-    runs = p50_runs(baseline_doc)
+    if series is None:
+        series = series_of(baseline_doc)
     family = family or sum(1 for i in cur_records if i in base_records)
     default_level = point_level(family, 1, alpha)
     levels = levels or {}
@@ -256,11 +262,11 @@ def compare_documents(
         if base is None:
             verdicts.append(_one_sided(benchmark_id, "new", cur, limit, metric, current=True))
             continue
-        stored = [run[benchmark_id] for run in runs if benchmark_id in run]
-        verdicts.append(
-            judge_records(base, cur, limit, metric=metric, stored_p50s=stored,
-                          alpha=levels.get(benchmark_id, default_level))
-        )
+        segment = series.get(benchmark_id)
+        verdicts.append(judge_records(
+            base, cur, limit, metric=metric, alpha=levels.get(benchmark_id, default_level),
+            stored_p50s=segment.current if segment else (),
+            stored_label=segment.describe_current() if segment else ""))
     for benchmark_id, base in base_records.items():
         if benchmark_id not in cur_records:
             limit = _threshold_for(None, base, threshold)
@@ -330,7 +336,7 @@ def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str,
         base = baseline_env.get(key)
         cur = current_env.get(key)
         if key == "world_sizes":
-            base, cur = _as_sorted_set(base), _as_sorted_set(cur)
+            base, cur = as_sorted_set(base), as_sorted_set(cur)
         if base != cur:
             lines.append(f"{key}: {_describe(base)} (baseline) vs {_describe(cur)} (current)")
     return lines
@@ -381,13 +387,6 @@ def timing_differences(base_records: dict[str, dict[str, Any]],
             pairs[(b, c)] += 1
     return [f"timing: {b} (baseline) vs {c} (current) for {n} benchmark(s); the two measure "
             "different things (docs/gpu.md)" for (b, c), n in sorted(pairs.items())]
-
-
-def _as_sorted_set(value: Any) -> Any:
-    # The order world sizes were requested in does not change what was measured.
-    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-        return sorted(set(value))
-    return value
 
 
 def _describe(value: Any) -> str:

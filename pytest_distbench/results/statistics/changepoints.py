@@ -1,0 +1,155 @@
+"""Change points in one benchmark's history of p50s: the runs at which its speed stepped.
+
+A nightly history is judged as a series, not as a pool: a step five runs ago is a new
+baseline, not half of the reference. Two stages, each for a reason:
+
+- Candidates come from ruptures' Pelt with the "l2" cost (a shift of the mean) on the log p50s,
+  divided by their run-to-run noise. Logs, because speed changes are ratios (scaling every
+  value changes nothing); the noise is the robust spread of run-to-run differences, which a
+  step barely moves, so the penalty is counted in noise units and the same for every
+  benchmark. Pelt, because it finds the optimal segmentation for that penalty (Binseg's greedy
+  splits miss a step between two nearby ones) and is fast on a hundred runs. The penalty is
+  low on purpose: it proposes, the test decides.
+- Each candidate is then tested on its two adjacent segments with a two-sided Mann-Whitney
+  rank test (exact distribution without ties), as Apache Otava tests E-divisive's candidates
+  with a t test. A rank test, because this product's run-to-run noise has outliers and
+  regime switches (a whole session 30 % slower) that make a t test's variance meaningless,
+  and a long segment before a short one still gives a small p: five new runs above thirty
+  older ones have p = 2 / C(35, 5) = 6e-6. The weakest candidate above alpha is merged away
+  and the rest retested, until every split is kept at p < alpha.
+
+ALPHA and MIN_SIZE were tuned on synthetic histories (benchmarks/bench_history.py; the figures
+are in docs/gating.md): on a quiet series (2 % run-to-run noise) a 5 % step is found after
+MIN_SIZE runs at the new speed, with at most one false change point per 1,000 runs. A smaller
+MIN_SIZE finds steps sooner and lets a few outliers in a row pass for a step.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from .distributions import mann_whitney_p_values
+from .paired import MAD_TO_SD
+from .stats import median
+
+DEFAULT_ALPHA = 1e-4
+MIN_SIZE = 5
+# Pelt's penalty per change point, in units of the noise variance: about BIC's 2 log n at a
+# hundred runs, low enough that the test, not the penalty, decides.
+PENALTY = 6.0
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    run: int  # index, in time order (0 = oldest), of the first run of the new segment
+    before: float  # median of the values of the segment before it
+    after: float  # median of the values of the segment after it (up to the next change point)
+    change_pct: float  # (after / before - 1) * 100
+    p: float  # two-sided Mann-Whitney p of this split (the two adjacent segments)
+
+
+def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
+                  min_size: int = MIN_SIZE) -> list[ChangePoint]:
+    """The change points of a series of positive p50s (oldest first), each kept at p < alpha
+    between the segments beside it; none in a series shorter than 2 x min_size."""
+    logs = _logs(values)
+    values = [float(v) for v in values]
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if not isinstance(min_size, int) or min_size < 2:
+        raise ValueError(f"min_size must be an integer of at least 2, got {min_size!r}")
+    splits = _candidates(logs, min_size)
+    while True:
+        splits = _placed(logs, splits)
+        bounds = [0, *splits, len(logs)]
+        p_values = [_split_p(logs[bounds[i - 1]:bounds[i]], logs[bounds[i]:bounds[i + 1]],
+                             min_size) for i in range(1, len(bounds) - 1)]
+        if not splits or max(p_values) < alpha:
+            break
+        del splits[max(range(len(splits)), key=p_values.__getitem__)]
+    points = []
+    for i, (run, p) in enumerate(zip(splits, p_values, strict=True)):
+        before = median(values[bounds[i]:run])
+        after = median(values[run:bounds[i + 2]])
+        points.append(ChangePoint(run, before, after, (after / before - 1) * 100, p))
+    return points
+
+
+def segment_start(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
+                  min_size: int = MIN_SIZE) -> int:
+    """Index of the first run of the current (last) segment: 0 without change points."""
+    points = change_points(values, alpha=alpha, min_size=min_size)
+    return points[-1].run if points else 0
+
+
+def _logs(values: Sequence[float]) -> list[float]:
+    logs = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"p50s must be finite positive numbers: run {i} is {value!r}")
+        logs.append(math.log(value))
+    return logs
+
+
+def _noise(logs: list[float]) -> float:
+    """Run-to-run noise of the logs (an sd), 0 for a constant series: from the differences of
+    neighbouring runs, which a step changes in one place only."""
+    steps = [b - a for a, b in pairwise(logs)]
+    spread = MAD_TO_SD * median([abs(s - median(steps)) for s in steps]) / math.sqrt(2)
+    if spread > 0:
+        return spread
+    # Over half the neighbours equal (a few repeated values): the mean absolute difference.
+    return sum(abs(s) for s in steps) / len(steps) * math.sqrt(math.pi) / 2
+
+
+def _candidates(logs: list[float], min_size: int) -> list[int]:
+    if len(logs) < 2 * min_size:
+        return []
+    noise = _noise(logs)
+    if noise == 0:
+        return []
+    import numpy as np  # numpy and ruptures (with scipy, about 1 s) only when a series is judged
+    import ruptures
+
+    signal = np.asarray(logs).reshape(-1, 1) / noise
+    # KernelCPD with the linear kernel is Pelt with the l2 cost, in ruptures' C code: 0.3 ms for
+    # a hundred runs where rpt.Pelt(model="l2") takes 30-60 ms.
+    detector = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1)
+    ends = detector.fit(signal).predict(pen=PENALTY)
+    return [int(end) for end in ends[:-1]]
+
+
+def _placed(logs: list[float], splits: list[int]) -> list[int]:
+    """Each split moved to the best one (least squares) between its neighbours, left to right.
+
+    Pelt's min_size makes every segment hold min_size runs, and a step four runs old gets one
+    run from before it to make up the fifth: placed anew, the new segment is four runs again
+    (and waits for its fifth), so a change point is reported at the run it started."""
+    placed: list[int] = []
+    for i, split in enumerate(splits):
+        low = placed[-1] if placed else 0
+        high = splits[i + 1] if i + 1 < len(splits) else len(logs)
+        segment = logs[low:high]
+        total, left, best = sum(segment), 0.0, (math.inf, split)
+        for k in range(1, len(segment)):
+            left += segment[k - 1]
+            right = total - left
+            # the halves' sum of squared deviations, less the sum of squares of all (constant)
+            cost = -(left * left / k + right * right / (len(segment) - k))
+            best = min(best, (cost, low + k))
+        placed.append(best[1])
+    return placed
+
+
+def _split_p(before: list[float], after: list[float], min_size: int) -> float:
+    if min(len(before), len(after)) < min_size:
+        return 1.0  # merged away first: a few runs are not a segment
+    greater, less = mann_whitney_p_values(after, before)
+    # The normal approximation (ties, or long segments) underflows past z = 38: below any alpha.
+    return min(1.0, max(2 * min(greater, less), sys.float_info.min))
