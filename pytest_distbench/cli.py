@@ -1,10 +1,11 @@
-"""The ``pytest-distbench`` command: compare, plot and export stored runs without starting any
-torch world (and capture a training launch's communication).
+"""The ``pytest-distbench`` command: compare, plot, export and read the history of stored runs
+without starting any torch world (and capture a training launch's communication).
 
-Exit status: 0 normally; 1 when --fail-on-regression finds a regression or --strict finds that
-the runs come from different environments; 2 for bad input (missing, damaged or foreign file,
-bad option), always as one line on stderr, never a traceback; 128 + the signal's number after
-Ctrl-C (SIGINT), or SIGTERM while a plot is written, in one line too.
+Exit status: 0 normally; 1 when --fail-on-regression finds a regression (compare, history) or
+--strict finds that the runs come from different environments; 2 for bad input (missing,
+damaged or foreign file, a file without a history for history, bad option), always as one
+line on stderr, never a traceback; 128 + the signal's number after Ctrl-C (SIGINT), or SIGTERM
+while a plot is written, in one line too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pytest_distbench.results.comparison.verdict import (
     DEFAULT_THRESHOLD,
     METRICS,
     compare_documents,
+    judged_count,
     speed_difference,
 )
 from pytest_distbench.results.document import nccl_tests
@@ -99,7 +101,9 @@ def _build_parser() -> _Parser:
         "--alpha",
         type=_parse_alpha,
         default=DEFAULT_ALPHA,
-        help="significance level of the Mann-Whitney U test (default %(default)s)",
+        help="family-wise error rate: the chance that unchanged files read any regression; "
+        "each benchmark judged is held to alpha / the benchmarks judged (Bonferroni; default "
+        "%(default)s)",
     )
     compare.add_argument(
         "--fail-on-regression", action="store_true",
@@ -112,9 +116,54 @@ def _build_parser() -> _Parser:
         help="treat runs from different environments (torch, CPU, GPUs, ...) as an error",
     )
     _add_plot_command(commands)
+    _add_history_command(commands)
     _add_export_command(commands)
     _add_capture_command(commands)
     return parser
+
+
+def _parse_runs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an integer >= 1")
+    return value
+
+
+def _add_history_command(commands: argparse._SubParsersAction) -> None:
+    from pytest_distbench.results.comparison.series import RECENT_RUNS
+
+    command = commands.add_parser(
+        "history",
+        help="a baseline's stored runs per benchmark: change points, environment changes, "
+        "regressions",
+        description=(
+            "Per benchmark of a baseline made with --distbench-append: its runs, latest p50 "
+            "and the median of its current segment, then each step: a change point (the run "
+            "it started at, its date and commit, the medians before and after, the change, "
+            "its p) or an environment change. A change point that starts the current segment, "
+            "slower by more than --threshold, first shown within the newest --recent runs is a "
+            "regression (docs/gating.md)."
+        ),
+    )
+    command.add_argument("baseline", metavar="NAME|PATH",
+                         help="a baseline: NAME is BASELINE_DIR/NAME.json, or a path")
+    command.add_argument("--baseline-dir", default="baselines", metavar="DIR",
+                         help="where a NAME is looked up (default: %(default)s)")
+    command.add_argument("--format", choices=("text", "json"), default="text",
+                         help="output format")
+    command.add_argument("--threshold", type=_parse_fraction, default=DEFAULT_THRESHOLD,
+                         help="slowdown beyond which a change point is a regression: '10%%' or "
+                         "'0.1' (default 10%%)")
+    command.add_argument("--recent", type=_parse_runs, default=RECENT_RUNS, metavar="N",
+                         help="a step is a regression for this many runs after the history "
+                         "first shows it (default %(default)s)")
+    command.add_argument("--fail-on-regression", action="store_true",
+                         help="exit 1 if any benchmark has a regression (a nightly job's check)")
+    command.add_argument("--plot", metavar="DIR", default=None,
+                         help="also draw one PNG per benchmark to DIR (needs matplotlib)")
 
 
 def _add_export_command(commands: argparse._SubParsersAction) -> None:
@@ -179,7 +228,7 @@ def _add_plot_command(commands: argparse._SubParsersAction) -> None:
         description=(
             "With one file: one PNG per family and sweep (the same as --distbench-plot). "
             "With two (baseline then current): comparison.png, the current/baseline p50 ratio "
-            "of every benchmark with its 95 %% interval, coloured by verdict. Needs matplotlib: "
+            "of every benchmark with its 95 % interval, coloured by verdict. Needs matplotlib: "
             "pip install \"pytest-distbench[plot]\"."
         ),
     )
@@ -194,7 +243,7 @@ def _add_plot_command(commands: argparse._SubParsersAction) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command not in ("compare", "plot", "export", "capture"):
+    if args.command not in ("compare", "plot", "export", "capture", "history"):
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
     if args.command == "capture":
@@ -210,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in family_problems():  # its tables and plots are missing from what follows
         print(f"{PROG}: WARNING: {line}", file=sys.stderr)
     try:
-        return _compare(args) if args.command == "compare" else _plot(args)
+        return {"compare": _compare, "plot": _plot, "history": _history}[args.command](args)
     except BrokenPipeError:
         # Output piped into `head` and friends: not an error worth a traceback.
         sys.stderr.close()
@@ -300,6 +349,8 @@ def _compare(args: argparse.Namespace) -> int:
         if docs is None:
             return EXIT_USAGE
         labels = _labels(args.files)
+        # One family: every verdict the command gives can fail it (--fail-on-regression).
+        family = sum(judged_count(docs[0], doc) for doc in docs[1:])
         comparisons = []
         for doc, label in zip(docs[1:], labels[1:], strict=True):
             def judged(done: int, total: int, label: str = label) -> None:
@@ -308,7 +359,8 @@ def _compare(args: argparse.Namespace) -> int:
 
             comparisons.append(compare_documents(
                 docs[0], doc, threshold=args.threshold, metric=args.metric, alpha=args.alpha,
-                baseline_label=labels[0], current_label=label, progress=judged))
+                baseline_label=labels[0], current_label=label, progress=judged,
+                family=family))
         progress.doing(f"writing the {args.format}")
         text = render(comparisons, args.format)
     finally:
@@ -344,8 +396,8 @@ def _compare(args: argparse.Namespace) -> int:
         ungated = sum(len(c.of_kind("slower")) for c in comparisons)
         if ungated and not regressed:
             print(f"{PROG}: --fail-on-regression: {ungated} benchmark(s) slower, but not "
-                  "gateable (one stored run, or a spread wider than the threshold): nothing "
-                  "failed (docs/gating.md)", file=sys.stderr)
+                  "gateable (not shown beyond the threshold, or against one stored run): "
+                  "nothing failed (docs/gating.md)", file=sys.stderr)
     return status
 
 
@@ -382,6 +434,53 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"wrote {rendered.path}  ({printable(rendered.title)})")
     if not written:
         print(f"{PROG}: no benchmark in {args.files[0]} has a plot", file=sys.stderr)
+    return EXIT_OK
+
+
+def _history(args: argparse.Namespace) -> int:
+    from pytest_distbench.results.document.io import resolve_baseline
+
+    try:
+        path = resolve_baseline(args.baseline, Path(args.baseline_dir))
+    except ValueError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    if args.plot is not None:
+        from pytest_distbench.results.rendering import plot
+
+        problem = (plot.MISSING_MATPLOTLIB if not plot.matplotlib_available()
+                   else output_path_problem(args.plot, directory=True))
+        if problem:
+            _error(f"--plot {args.plot!r}: {problem}")
+            return EXIT_USAGE
+    docs = _read_documents([str(path)])
+    if docs is None:
+        return EXIT_USAGE
+    from pytest_distbench.results.comparison.series import read_history
+
+    history = read_history(docs[0], str(path), args.threshold, args.recent)
+    if history is None:
+        _error(f"{path}: no stored history (distbench.history): one run, not a series; a "
+               "baseline gets one with --distbench-save=NAME --distbench-append")
+        return EXIT_USAGE
+    from pytest_distbench.results.rendering.history_report import render_json, render_text
+
+    sys.stdout.write(render_json(history) if args.format == "json" else render_text(history))
+    sys.stdout.flush()
+    if args.plot is not None:
+        from pytest_distbench.results.rendering.history_plot import plot_history
+
+        try:
+            written = plot_history(history, args.plot)
+        except OSError as exc:
+            _error(f"--plot {args.plot}: {exc}")
+            return EXIT_USAGE
+        print(f"{PROG}: wrote {len(written)} plot(s) to {args.plot}", file=sys.stderr)
+    regressions = history.regressions()
+    if args.fail_on_regression and regressions:
+        _error(f"--fail-on-regression: {len(regressions)} benchmark(s) with a regression "
+               "(above)")
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -172,16 +172,17 @@ def warnings(config: pytest.Config) -> list[str]:
 
 def judge(item: pytest.Item, records: list[dict[str, Any]], threshold: float
           ) -> tuple[dict[str, Any], list[str]]:
-    """The stored baseline's verdict per record id, and a failure message per regression."""
+    """The stored baseline's verdict per record id, and a failure message per regression; each
+    point at its share of the session's family-wise rate (vocabulary.point_level)."""
     gate = item.config.stash.get(GATE_KEY, None)
     failures, verdicts = [], {}
     if gate is not None:
         from .results.document.schema import is_figure
+        from .results.statistics.vocabulary import point_level
 
-        for record in records:
-            if not is_figure(record):  # its samples are only a bound: nothing to judge
-                continue
-            v = gate.judge(record, threshold)
+        figures = [record for record in records if is_figure(record)]
+        for record in figures:  # a record that is not a figure is only a bound: not judged
+            v = gate.judge(record, threshold, point_level(gate.tests, len(figures)))
             verdicts[record["id"]] = v
             if v is not None and v.fails_session:
                 failures.append(gate.failure_message(v, len(record["samples"])))
@@ -210,6 +211,45 @@ def compare_run(config: pytest.Config, session: Session, document: dict[str, Any
 
         config.stash.setdefault(WARNINGS_KEY, []).extend(wrap(f"WARNING: {speed}"))
     return gate.document
+
+
+def distbench_tests(items: list[pytest.Item]) -> int:
+    """The tests a session's family-wise rate is shared among: its distbench items after
+    deselection, less those skipped outright (launcher mode skips the other world sizes'),
+    which cannot fail. Every xdist worker and every launched rank collects the whole list."""
+    from .collection import is_distbench
+
+    return sum(1 for item in items if is_distbench(item) and not item.get_closest_marker("skip"))
+
+
+@pytest.hookimpl(trylast=True)  # after every plugin's pytest_collection_modifyitems
+def pytest_collection_finish(session: pytest.Session) -> None:
+    tests = distbench_tests(session.items)
+    for holder in (session.config.stash.get(GATE_KEY, None), ab_mode(session.config)):
+        if holder is not None:
+            holder.tests = tests
+
+
+# An xdist worker's levels, handed to the controller (which collects no test itself) so that
+# its comparison table judges each point at the level the worker's gate did.
+LEVELS_OUTPUT = "distbench_gate_levels"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    gate = session.config.stash.get(GATE_KEY, None)
+    output = getattr(session.config, "workeroutput", None)
+    if gate is not None and output is not None:
+        output[LEVELS_OUTPUT] = {"tests": gate.tests, "levels": gate.levels}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    gate = node.config.stash.get(GATE_KEY, None)
+    handed = getattr(node, "workeroutput", {}).get(LEVELS_OUTPUT)
+    if gate is not None and handed:
+        gate.tests = max(gate.tests, int(handed["tests"]))
+        gate.levels.update(handed["levels"])
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -253,8 +293,31 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     from .results.rendering.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")
-    terminalreporter.line(render_ab(mode.outcomes, mode.description,
-                                    ROUND_STATISTIC).rstrip("\n"))
+    terminalreporter.line(render_ab(mode.outcomes, mode.description, ROUND_STATISTIC,
+                                    mode.tests).rstrip("\n"))
+
+
+def ab_markdown(config: pytest.Config) -> str | None:
+    """The A/B table, its verdicts and legend as markdown (--distbench-markdown); None outside
+    A/B mode."""
+    mode = config.stash.get(AB_KEY, None)
+    if mode is None or not mode.outcomes:
+        return None
+    from .harness.ab.mode import ROUND_STATISTIC
+    from .results.rendering.ab_report import render_ab
+
+    return render_ab(mode.outcomes, mode.description, ROUND_STATISTIC, mode.tests,
+                     markdown=True)
+
+
+def digest(config: pytest.Config) -> str | None:
+    """A/B mode's line in the session's digest (None outside A/B mode)."""
+    mode = config.stash.get(AB_KEY, None)
+    if mode is not None and mode.outcomes:
+        from .results.rendering.ab_report import digest_line
+
+        return digest_line(mode.outcomes, mode.description)
+    return None
 
 
 @pytest.hookimpl(trylast=True)  # after plugin.py has stopped the worlds

@@ -211,7 +211,7 @@ def _finish(config: pytest.Config, distbench: Session) -> None:
         _write(distbench, document, Path(json_path), overwrite=True, what="results file")
     save_path = gating.save_path(config)
     if save_path is not None and options.append:
-        _append(distbench, document, save_path)
+        _append(distbench, document, save_path, options.keep_runs)
     elif save_path is not None:
         _write(distbench, document, save_path, overwrite=options.overwrite,
                what="baseline")
@@ -221,7 +221,8 @@ def _finish(config: pytest.Config, distbench: Session) -> None:
         _write_plots(distbench, document, Path(plot_dir), gate_document)
     markdown_path = options.markdown
     if markdown_path:
-        _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory)
+        _write_markdown(distbench, document, Path(markdown_path), memory=options.gpu_memory,
+                        ab=gating.ab_markdown(config))
 
 
 def _left_out(distbench: Session, problem: Exception) -> None:
@@ -371,6 +372,15 @@ def digest_lines(config: pytest.Config, distbench: Session) -> list[str]:
     from .results.rendering.fit import wrap
 
     lines = family_lines(distbench.records)
+    gate_line = gating.digest(config)
+    if gate_line:
+        lines += wrap(gate_line)
+    if distbench.comparison is not None:
+        from .results.rendering.report import summary_line
+
+        lines += wrap(f"against {distbench.comparison.baseline_label}: "
+                      f"{summary_line(distbench.comparison)}; family-wise "
+                      f"{distbench.comparison.alpha * 100:g} %")
     json_path, markdown_path = of_session(config).json, of_session(config).markdown
     where = ["the full tables above",
              _pointer(distbench, json_path, "every sample in", "every sample: --distbench-json"),
@@ -409,13 +419,13 @@ def _failed(distbench: Session, message: str) -> None:
     distbench.output_errors.append(message)
 
 
-def _append(distbench: Session, document: dict[str, Any], path: Path) -> None:
-    """--distbench-append: this run added to the baseline's history."""
+def _append(distbench: Session, document: dict[str, Any], path: Path, keep: int) -> None:
+    """--distbench-append: this run added to the baseline's history (`keep` runs at most)."""
     from .results.document import ResultsFileError
     from .results.document.history import append_run
 
     try:
-        distbench.notes.append(append_run(document, path))
+        distbench.notes.append(append_run(document, path, keep))
     except (OSError, ValueError, ResultsFileError) as exc:
         _failed(distbench, f"could not add this run to baseline {path}: {exc}")
 
@@ -436,13 +446,13 @@ def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
 
 
 def _write_markdown(distbench: Session, document: dict[str, Any], path: Path, *,
-                    memory: bool = False) -> None:
+                    memory: bool = False, ab: str | None = None) -> None:
     from .results import document as storage
     from .results.rendering import markdown
 
     text = markdown.render(storage.records(document).values(),
                            document["distbench"]["environment"], distbench.comparison,
-                           memory=memory)
+                           memory=memory, ab=ab)
     try:
         markdown.append(path, text)
     except OSError as exc:

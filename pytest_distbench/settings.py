@@ -149,6 +149,9 @@ def _switch(name: str, option: str, help: str, **kwargs: Any) -> Setting:
 # More revisits than this per stratum buy nothing a user could see (the t quantile is
 # within 2 % of the normal's at 64 degrees of freedom) and cost a run each.
 MAX_REVISITS = 64
+# A bound on what a baseline's history costs: each run adds about 100 bytes a benchmark to
+# the file, read whole by every comparison (docs/results-schema.md).
+MAX_KEEP_RUNS = 10_000
 _LEADING = (
     _switch("run", "--distbench", "run the distbench benchmarks (without it they are skipped)",
             group="run"),
@@ -181,7 +184,11 @@ _TRAILING = (
             "allow --distbench-save to replace an existing baseline", group="baselines"),
     _switch("append", "--distbench-append",
             "with --distbench-save, add this run to the stored baseline's history (the last "
-            "10 runs are kept)", group="baselines"),
+            "--distbench-keep-runs runs are kept)", group="baselines"),
+    _session("keep_runs", "--distbench-keep-runs", "100", parse_count(1, MAX_KEEP_RUNS),
+             "runs a baseline's history keeps with --distbench-append, the oldest dropped "
+             f"first (1 to {MAX_KEEP_RUNS:,}, each run adding about 100 bytes a benchmark "
+             "to the file)", metavar="N", group="baselines"),
     _session("baseline_env", "--distbench-baseline-env", None, str,
              "A/B mode: a live baseline whose ranks get these environment variables (space "
              "separated K=V, shell quoting)", metavar="K=V ...", group="baselines"),

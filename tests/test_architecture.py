@@ -269,8 +269,9 @@ def test_points_enter_the_session_one_way():
 
 
 def test_the_controller_and_ab_mode_stay_small():
-    """harness/controller/ and harness/ab/: issue 51's target is 1,532 lines (what they had
-    before the point store); held here at what they have after it, not to grow."""
+    """harness/controller/ and harness/ab/: at most 1,532 lines, what they had before the
+    point store (issue 51): the store is paid for by what left them (the live lines' words
+    for results/rendering/live.py, Run's unread properties)."""
     lines = sum(len(p.read_text().splitlines()) for folder in ("controller", "ab")
                 for p in (PACKAGE / "harness" / folder).glob("*.py"))
-    assert lines <= 1580
+    assert lines <= 1532

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -175,7 +176,7 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
     assert set(lines) == set(NAMES.values())
     assert lines[NAMES[SLOW]].rstrip().endswith("slower, not gateable")
     assert "1 MiB" in lines[NAMES[SLOW]]
-    assert lines[NAMES[SAME]].rstrip().endswith("unchanged, not gateable")
+    assert lines[NAMES[SAME]].rstrip().endswith("unchanged")  # "not gateable": slower/faster
     assert lines[NAMES[GONE]].rstrip().endswith("missing")
     assert lines[NAMES[ADDED]].rstrip().endswith("new")
     assert not [line for line in lines.values() if "regression" in line]
@@ -183,6 +184,10 @@ def test_table_output_against_one_stored_run_never_reads_regression(runs):
             "1 missing") in out
     assert "1 benchmark(s) slower, but not gateable" in run.stderr
     assert "error" not in run.stderr and "Traceback" not in run.stderr
+    # The legend: the vocabulary, and the level of each of the 2 benchmarks judged (0.01 / 2).
+    legend = " ".join(out.split())
+    assert "inconclusive = not shown to differ, and it may be beyond the threshold" in legend
+    assert "family-wise 1 % over 2 benchmarks (Bonferroni: each point at p < 0.005)" in legend
 
 
 def test_a_slowdown_against_stored_runs_is_a_regression_and_fails(runs):
@@ -243,7 +248,8 @@ def test_json_output_and_threshold_option(runs):
     assert data["threshold"] == 0.5 and data["metric"] == "p50"
     by_name = {b["name"]: b for b in data["benchmarks"]}
     slow = by_name[NAMES[SLOW]]
-    assert slow["verdict"] == "unchanged"
+    assert slow["verdict"] == "slower"  # shown, and within the threshold: fails nothing
+    assert slow["level"] == pytest.approx(0.01 / 2) and data["family"] == 2
     assert slow["change"] == pytest.approx(0.3, abs=0.03)
     assert slow["baseline_p50_s"] == pytest.approx(1e-3, rel=0.03)
     assert by_name[NAMES[ADDED]]["verdict"] == "new"
@@ -420,3 +426,16 @@ def test_a_machine_that_changed_speed_is_said_within_120_columns(files, capsys, 
     said = " ".join(err.split())
     assert "the machine itself slowed down, so verdicts may not come from the code" in said
     assert "2.20x" in said and max(map(len, err.splitlines())) <= 120, err
+
+
+def test_no_help_text_shows_a_doubled_percent_sign():
+    # argparse %-formats an option's help but prints a description as written: "95 %%" there
+    # reached the user as is.
+    from pytest_distbench.cli import _build_parser
+
+    parser = _build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    texts = {"": parser.format_help()} | {
+        name: sub.format_help() for name, sub in commands.choices.items()}
+    assert all(texts.values())
+    assert {name for name, text in texts.items() if "%%" in text} == set()

@@ -42,6 +42,7 @@ from replay_traces import nccl_files, two_rank_trace, written
 from zygote import ZygotePool
 
 from pytest_distbench.harness.xdist.mode import is_worker
+from pytest_distbench.results.document import history, read_document, write_document
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = documented_commands(ROOT)
@@ -111,6 +112,11 @@ def template(tmp_path_factory: pytest.TempPathFactory, zygotes: ZygotePool) -> P
         assert done.returncode == 0, done.stdout + done.stderr
     for name in ("a.json", "b.json", "c.json"):
         shutil.copy(repo / "run.json", repo / name)
+    # `pytest-distbench history main` (docs/gating.md, docs/ci.md) reads a baseline with a
+    # history: the two runs above, oldest first, as --distbench-append would have kept them.
+    main = repo / "baselines" / "main.json"
+    write_document(history.with_history(read_document(main), read_document(repo / "run.json")),
+                   main, overwrite=True)
     # docs/gpu.md: nccl-tests' own JSON from the H200 beside the plugin's figures.
     for found in (ROOT / "tests" / "data" / "nccl_tests").glob("*.json"):
         shutil.copy(found, repo / found.name)

@@ -10,14 +10,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_distbench.harness.controller.live import (
-    Rate,
-    progress_line,
-    report_line,
-)
+from pytest_distbench.harness.controller.live import progress_line
 from pytest_distbench.harness.ranks import pressure
 from pytest_distbench.harness.ranks.progress import Reporter, messages_per_iteration
 from pytest_distbench.harness.wire import PressureSettings, Progress
+from pytest_distbench.results.rendering.live import Rate, report_line
 
 NUMBER = r"([\d.]+|-)"
 PART = re.compile(

@@ -107,7 +107,8 @@ def test_compare_puts_nccl_tests_beside_the_plugin_matched_by_what_they_measured
     assert text_code == 0
     lines = table.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("all_gather_perf"))
-    assert " ".join((lines[row][:40] + " " + lines[row + 1]).split()).startswith(
+    width = len(next(line for line in lines if line.startswith("---")).split()[0])
+    assert " ".join((lines[row][:width] + " " + lines[row + 1][:width]).split()).startswith(
         "all_gather_perf out-of-place (as the plugin calls all_gather)")
 
 

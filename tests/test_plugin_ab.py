@@ -6,6 +6,7 @@ import copy
 import json
 import stat
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -52,10 +53,18 @@ def notes_by_mark(pytester) -> dict[str, set[tuple[str, str]]]:
     return found
 
 
+def junit_properties(path) -> dict[str, dict[str, str]]:
+    root = ET.parse(path).getroot()
+    return {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+            for case in root.iter("testcase")}
+
+
 def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monkeypatch):
     monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1")  # the candidate: this run, 2x the work
+    summary = bench.path / "summary.md"
     result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_SLOW=0",
-                           "--distbench-rounds=10", "-rf")
+                           "--distbench-rounds=10", "-rf", "--junitxml=report.xml",
+                           f"--distbench-markdown={summary}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*distbench A/B: 10 interleaved rounds (ABBA) per benchmark*DISTBENCH_TEST_SLOW=0*",
@@ -72,14 +81,36 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     lines = result.stdout.lines
     shown = lines[next(i for i, ln in enumerate(lines) if "distbench A/B comparison" in ln):]
     assert max(len(ln) for ln in shown[:shown.index("") + 8]) <= 120, shown
+    # One test, one point: the whole family-wise 1 % is its level, said under the table.
+    legend = " ".join(result.stdout.str().split())
+    assert "family-wise 1 % over 1 tests (Bonferroni: each point at p < 0.01)" in legend
+    assert ("A/B against the live baseline (environment DISTBENCH_TEST_SLOW=0): 1 regression, "
+            "0 improvements, 0 unchanged of 1 point(s); family-wise 1 %") in legend
+    # The failed testcase says what failed, as properties.
+    props = junit_properties(bench.path / "report.xml")["test_work[gloo-ws2]"]
+    assert props["verdict"] == "regression" and props["rounds"] == "10"
+    assert float(props["level"]) == 0.01 and float(props["p"]) < 0.01
+    assert float(props["ratio_low"]) > 1.1 and float(props["ratio"]) <= float(props["ratio_high"])
+    assert "detectable" in props
+    # The markdown holds the A/B table, its verdict and legend.
+    text = summary.read_text()
+    assert "## pytest-distbench A/B comparison" in text
+    row = next(line for line in text.splitlines() if line.startswith("| test_work"))
+    assert row.rstrip(" |").endswith("**regression**")
+    assert "family-wise 1 % over 1 tests" in text and "inconclusive = not shown" in text
 
 
 def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):
     out = bench.path / "run.json"
     result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_MARK=base",
-                           "--distbench-rounds=6", f"--distbench-json={out}")
+                           "--distbench-rounds=6", f"--distbench-json={out}",
+                           "--junitxml=report.xml")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*test_work*unchanged*", "*worlds started:*baseline*candidate*"])
+    # Six rounds cannot show a change at 1 % (2^-6 > 0.01): unchanged, or inconclusive where a
+    # round's ratio reached past the threshold.
+    result.stdout.fnmatch_lines(["*test_work*[ui]n*", "*worlds started:*baseline*candidate*"])
+    props = junit_properties(bench.path / "report.xml")["test_work[gloo-ws2]"]
+    assert props["verdict"] in ("unchanged", "inconclusive") and props["rounds"] == "6"
     notes = notes_by_mark(bench)
     base_pids = {pid for pid, _ in notes["base"]}
     cand_pids = {pid for pid, _ in notes["-"]}
@@ -87,7 +118,8 @@ def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):
     record = json.loads(out.read_text())["benchmarks"][0]["distbench"]
     # The candidate's record: every round's samples, and the paired verdict beside them.
     assert record["iterations"] == 6 * 10
-    assert record["ab"]["rounds"] == 6 and record["ab"]["verdict"] == "unchanged"
+    assert record["ab"]["rounds"] == 6 and record["ab"]["verdict"] == props["verdict"]
+    assert record["ab"]["level"] == 0.01
     assert len(record["ab"]["baseline_p50_s"]) == 6
     # The verdict's per-round statistic, each round's fastest iteration, is in the record.
     assert record["ab"]["round_statistic"] == "min"
@@ -191,11 +223,17 @@ def test_a_history_of_three_runs_judges_against_the_learned_spread(bench, distbe
     document.write_document(stored, path, overwrite=False)
     learned = distbench_run("--distbench", "--distbench-compare=main")
     learned.stdout.fnmatch_lines([
-        "*stored runs: verdicts judge each p50 against its learned run-to-run spread*",
+        "*stored runs: verdicts judge each p50 against the learned run-to-run spread of its*",
         "*change*p-value*detectable*verdict*",
-        "test_work*z *",
-        "*robust z of log p50 against the stored runs*",
+        "test_work*",
     ])
+    # The p-value column holds the z's p, not the z; the legend says where it comes from.
+    compared = learned.stdout.str().split("distbench comparison", 1)[1].splitlines()
+    row = next(line for line in compared if line.startswith("test_work"))
+    assert " z " not in row
+    said = " ".join(learned.stdout.str().split())
+    assert ("the robust z of log p50 against the stored runs' spread, its one-sided p from "
+            "Student's t") in said
 
 
 def test_help_lists_the_ab_and_history_options(pytester):

@@ -164,6 +164,8 @@ def test_gate_verdict_in_junit_and_comparison_in_markdown(pytester, distbench_ru
     assert props["verdict"] in ("unchanged", "inconclusive", "improvement", "regression", "slower",
                                 "faster")
     assert "change_pct" in props and float(props["p_value"]) <= 1
+    # -k left one test of one point: the whole family-wise 1 % is its level.
+    assert float(props["level"]) == pytest.approx(0.01)
     text = summary.read_text()
     assert "## pytest-distbench comparison" in text
     assert "test\\_all\\_gather" in text or "test_all_gather" in text

@@ -383,9 +383,9 @@ def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbe
         return trace.Trace("step", 2, {0: (0, 1)}, {0: calls, 1: list(calls)}, steps=[0])
 
     trace.write(step(16384), pytester.path / "step")
-    # The threshold above this machine's run-to-run spread of such a replay (the gate calls
-    # a slowdown within it "not gateable"): under CI's load three stored runs spread so that
-    # only a slowdown past 179 % was detectable, and 16x the bytes took only 2.6x the time.
+    # The threshold above this machine's run-to-run spread of such a replay: under CI's load
+    # three stored runs spread so that only a slowdown past 179 % was detectable, and 16x the
+    # bytes took only 2.6x the time.
     run = ("--distbench", "--world-size=2", "--distbench-replay=step",
            "--distbench-iterations=30", "--distbench-warmup=2", "--distbench-threshold=500%")
     for _ in range(3):
@@ -398,10 +398,11 @@ def test_a_slower_step_fails_its_replay_against_the_stored_runs(pytester, distbe
     slower = distbench_run(*run, "--distbench-compare=main", "-rf")
     [line] = [x for x in slower.stdout.lines if re.match(r"test_replay\[gloo-ws2-step\] ", x)]
     assert "+" in line.split("replay", 1)[1]  # the change column: slower
-    if line.endswith(("slower, not gateable", "inconclusive, not gateable")):
-        # Three stored runs that spread past the threshold (a slow regime of this VM in one
-        # of them: 2578 % and 15340 % detectable seen) cannot gate: said, and nothing fails
-        # ("inconclusive" where the change is within what the spread can tell).
+    if line.endswith(("slower, not gateable", "inconclusive")):
+        # Three stored runs that spread widely (a slow regime of this VM in one of them:
+        # 2578 % and 15340 % detectable seen) may not show the change beyond the threshold:
+        # "slower, not gateable" (shown, not beyond it) or "inconclusive" (not shown), and
+        # nothing fails.
         slower.assert_outcomes(passed=1)
     else:
         assert line.endswith("regression"), line

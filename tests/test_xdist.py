@@ -45,11 +45,12 @@ def _scale_times(path, factor_for) -> None:
 
 def test_xdist_loses_nothing_and_writes_each_file_once(pytester, distbench_run):
     pytester.makepyfile(BENCH)
-    # No revisits: with them, runs of 5 iterations on a shared machine give each printed
+    # No revisits: with them, runs of 8 iterations on a shared machine give each printed
     # interval a width that no 1000x scaling of the baseline gets out of, and what the
-    # verdicts below are about is xdist handing the records over, not the noise.
+    # verdicts below are about is xdist handing the records over, not the noise. 8 iterations:
+    # 5 against 5 cannot reach p < 1 % / (4 tests x 2 points) (its smallest p is 1/252).
     common = ["--distbench", "--world-size=2", "--tensor-size=1KiB",
-              "--distbench-iterations=5", "--distbench-revisits=0"]
+              "--distbench-iterations=8", "--distbench-revisits=0"]
     plain = distbench_run(*common, "--distbench-json=plain.json", "--distbench-save=plain")
     plain.assert_outcomes(passed=4)
     # One benchmark's baseline is 1000x faster (a sure slowdown), the others 1000x slower.
@@ -70,6 +71,10 @@ def test_xdist_loses_nothing_and_writes_each_file_once(pytester, distbench_run):
     assert output.count("wrote baseline") == 1
     # the gate judged the merged records
     assert "0 regressions, 0 improvements, 1 slower (not gateable), 4 faster" in output
+    # ...at the levels the workers judged: the whole list of 4 tests, one of 2 points.
+    legend = " ".join(output.split())
+    assert ("family-wise 1 % over 4 tests (Bonferroni: each point at p < 1 % / (4 x its test's "
+            "points): 0.0013 to 0.0025)") in legend
     for path in ("plain.json", "baselines/plain.json"):
         assert len(benchmark_ids(pytester.path / path)) == 5
     # Every file holds the same benchmarks as without xdist, in collection order.

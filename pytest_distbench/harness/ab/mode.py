@@ -12,14 +12,13 @@ the machine did during that round.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from ...results.document.record import ABField
-from ...results.statistics import paired, stats
+from ...results.comparison.ab import ab_field, failure_message, junit_properties
+from ...results.statistics import paired, vocabulary
 from ...settings import Settings
 from ..controller.outcome import prepare
 from ..controller.points import Point, Points, merged_rounds
@@ -64,6 +63,7 @@ class ABMode:
     env_overrides: dict[str, str]
     interpreter: InterpreterFacts | None
     outcomes: list[ABOutcome] = field(default_factory=list)
+    tests: int = 1  # the session's distbench tests (gating.py): each point's level is a share
     _server: VariantServer | None = None
     _points: Points = field(default_factory=Points)  # the session's (start)
 
@@ -113,7 +113,7 @@ class ABMode:
                     task=tasks[variant]))
         wall = time.perf_counter() - began
         count = len(runs[CANDIDATE][0])
-        failures, merged = [], []
+        failures, merged, named = [], [], []
         for i in range(count):
             base = [rnd[i].first.record for rnd in runs[BASELINE]]
             cand = [rnd[i].first.record for rnd in runs[CANDIDATE]]
@@ -121,7 +121,8 @@ class ABMode:
             base_stat = [round_value(r["samples"]) for r in base]
             cand_stat = [round_value(r["samples"]) for r in cand]
             try:
-                verdict = paired.judge_paired(base_stat, cand_stat, settings.threshold)
+                verdict = paired.judge_paired(base_stat, cand_stat, settings.threshold,
+                                              alpha=vocabulary.point_level(self.tests, count))
             except ValueError as exc:  # e.g. a time of 0: a clock too coarse for the body
                 pytest.fail(f"A/B: cannot compare {first.first.record['name']}: {exc}",
                             pytrace=False)
@@ -131,15 +132,17 @@ class ABMode:
                                 [r["summary"]["p50"] for r in cand], verdict,
                                 wall / max(count, 1), base_stat, cand_stat)
             self.outcomes.append(outcome)
-            ab = ab_field(outcome, self.description)
+            ab = ab_field(outcome, self.description, ROUND_STATISTIC)
             ab["baseline_rounds"] = [r["summary"] for r in base]
             ab["candidate_rounds"] = [r["summary"] for r in cand]
+            named.append((record["name"], ab))
             merged.append(Point(first.id, merged_rounds([rnd[i].first
                                                          for rnd in runs[CANDIDATE]]),
                                 live_reports=first.live_reports, ab=ab))
             if verdict.kind == "regression":
-                failures.append(failure_message(outcome, self.description))
+                failures.append(failure_message(outcome, self.description, ROUND_STATISTIC))
         self._points.add(merged)
+        item.user_properties.extend(junit_properties(named))  # passed or failed
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         return []
@@ -157,43 +160,3 @@ class ABMode:
 def round_value(samples: list[float]) -> float:
     """The ROUND_STATISTIC of one round's samples (seconds per iteration)."""
     return min(samples)
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def ab_field(outcome: ABOutcome, baseline: str) -> ABField:
-    """The record's "ab" object (docs/results-schema.md)."""
-    v = outcome.verdict
-    return {
-        "baseline": baseline,
-        "rounds": v.rounds,
-        "round_statistic": ROUND_STATISTIC,
-        "baseline_round_s": outcome.baseline_round_s,
-        "candidate_round_s": outcome.candidate_round_s,
-        "baseline_p50_s": outcome.baseline_p50s,
-        "candidate_p50_s": outcome.candidate_p50s,
-        "ratio": v.ratio,
-        "ratio_low": _finite(v.ratio_low),
-        "ratio_high": _finite(v.ratio_high),
-        "p_value": v.p_value,
-        "verdict": v.kind,
-        "detectable": _finite(v.detectable),
-        "gateable": v.gateable,
-        "threshold": v.threshold,
-        "wall_s": outcome.wall_s,
-    }
-
-
-def failure_message(outcome: ABOutcome, baseline: str) -> str:
-    v = outcome.verdict
-    base = stats.median(outcome.baseline_round_s)
-    cand = stats.median(outcome.candidate_round_s)
-    return (
-        f"performance regression against the live baseline ({baseline}): per-round "
-        f"{ROUND_STATISTIC} {base * 1e6:.1f} us -> {cand * 1e6:.1f} us (median of "
-        f"{v.rounds} interleaved rounds); "
-        f"ratio {v.ratio:.3f} (95 % CI {v.ratio_low:.3f}..{v.ratio_high:.3f}), threshold "
-        f"{v.threshold * 100:g} %; one-sided Wilcoxon signed-rank p = {v.p_value:.2g}"
-    )

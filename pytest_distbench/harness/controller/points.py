@@ -28,23 +28,10 @@ NOT_JUDGED = "not judged"  # Run.of_peak of a record no peak applies to (a famil
 class Run:
     """One execution of one measure() call in one world."""
 
-    record: Record  # as records.py made it
+    record: Record  # as records.py made it (its typed facts: timing, headline_statistic, ...)
     invalid: tuple[str, ...] = ()  # the physical sanity rules it broke (results/sanity.py)
     of_peak: OfPeak | None | str = NOT_JUDGED  # its share of the peak (results/peaks.py)
     variant: str = ""  # A/B mode's "baseline" or "candidate"
-
-    @property
-    def timing(self) -> str | None:
-        return self.record.get("timing")
-
-    @property
-    def headline_statistic(self) -> str:
-        """What the rank measured the headline as: "mean" for a rate over the timed region."""
-        return self.record.get("headline_statistic", "p50")
-
-    @property
-    def stopped_at_sample_cap(self) -> bool:
-        return bool(self.record.get("stopped_at_sample_cap"))
 
     @property
     def figure(self) -> float | None:

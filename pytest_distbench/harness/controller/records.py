@@ -73,8 +73,6 @@ def invalid_text(records: list[Record], invalid: list[tuple[str, ...]]) -> str:
             "marked invalid):\n" + "\n".join(lines))
 
 
-
-
 def _pressure_record(ms: list[Measurement]) -> Pressure | None:
     """The record's `pressure`: what ran, in which ranks, and their environment if asked."""
     pressured = [(r, m.pressure) for r, m in enumerate(ms) if m.pressure is not None]

@@ -27,11 +27,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from . import wire
 from .seal import Forged
 from .storechannel import StoreChannel, StoreLost
+
+if TYPE_CHECKING:
+    import pytest
 
 STACK_WAIT_S = 10.0  # how long rank 0 waits for the stacks of the ranks that did not finish
 EXIT_WAIT_S = 120.0  # how long a rank waits for rank 0 to finish its report before exiting
@@ -44,7 +47,7 @@ class Running:
     """The test a watch is armed for."""
 
     index: int  # position in the collected items, the same on every rank
-    item: Any
+    item: pytest.Item
     timeout_s: float
     started: float  # time.monotonic()
 
@@ -318,8 +321,8 @@ def _reset_in_children() -> None:
     os.register_at_fork(after_in_child=reset)
 
 
-def report_hang_and_exit(config: Any, session: Any, running: Running, message: str,
-                         cause: str = "hung") -> None:
+def report_hang_and_exit(config: pytest.Config, session: pytest.Session, running: Running,
+                         message: str, cause: str = "hung") -> None:
     """From a thread other than the (stuck) main one: fail the running test, report every later
     test as not run (`cause`: what became of the running one), finish the session (tables,
     results file). The caller then exits."""
@@ -331,7 +334,9 @@ def report_hang_and_exit(config: Any, session: Any, running: Running, message: s
     item = running.item
     duration = time.monotonic() - running.started
 
-    def report(node: Any, outcome: str, longrepr: Any, when: str, took: float = 0.0) -> None:
+    def report(node: pytest.Item, outcome: Literal["passed", "failed", "skipped"],
+               longrepr: str | tuple[str, int, str] | None,
+               when: Literal["setup", "call", "teardown"], took: float = 0.0) -> None:
         hook.pytest_runtest_logreport(report=pytest.TestReport(
             node.nodeid, node.location, {k: 1 for k in node.keywords}, outcome, longrepr, when,
             sections=[], duration=took, start=now - took, stop=now))

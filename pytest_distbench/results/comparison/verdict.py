@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from ..document import nccl_tests
-from ..document.history import p50_runs
+from ..document.environment import FINGERPRINT_FIELDS, as_sorted_set
 from ..document.record import Record
 from ..document.schema import records
 from ..document.session_intervals import headline_interval
@@ -22,29 +22,28 @@ from ..rendering.fit import QUOTED, printable
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
 from ..statistics.unpaired import (
-    DEFAULT_ALPHA,
-    Kind,
-    judge,
+    log_change,
+    one_sided_p_values,
     relative_change,
     within_run_detectable,
 )
+from ..statistics.vocabulary import FAMILY_ALPHA, Kind, decide, point_level
+from .series import Series, series_of
 
+DEFAULT_ALPHA = FAMILY_ALPHA  # family-wise: each point of a comparison gets its share
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
 KINDS: tuple[Kind, ...] = get_args(Kind)  # in the order summaries count them
-# What a change a comparison saw but could not gate is called instead (docs/gating.md).
-UNGATED = {"regression": "slower", "improvement": "faster"}
 DEFAULT_THRESHOLD = 0.10
-
-# Environment fields that change what a benchmark measures; hostname and friends do not.
-FINGERPRINT_FIELDS = ("torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl", "world_sizes")
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The outcome for one benchmark id.
 
-    ``change`` is current/baseline - 1 on the p50 time (positive = slower) and decides ``kind``;
-    ``metric_change`` is the same ratio on the statistic the user chose to display.
+    ``change`` is current/baseline - 1 on the p50 time (positive = slower) and decides ``kind``,
+    against ``baseline_p50``: the median of the stored p50s against a history, the stored run's
+    p50 otherwise; ``metric_change`` is the same ratio on the statistic the user chose to
+    display (against a history and on p50, the same figure as ``change``).
     """
 
     id: str
@@ -61,20 +60,19 @@ class Verdict:
     baseline_value: float | None = None
     current_value: float | None = None
     metric_change: float | None = None
-    # The smallest slowdown (fraction) this comparison tells from noise at its error rates, and
-    # what noise that was measured from; a benchmark that cannot see its threshold is not
-    # gateable (docs/gating.md).
+    # The smallest slowdown (fraction) this comparison shows at its level (information: it
+    # decides no verdict), and what noise that was measured from.
     detectable: float | None = None
     noise: str = ""
     z: float | None = None  # robust z against a stored history (None: single-run verdict)
+    level: float | None = None  # the significance level this point's test was held to
 
     @property
     def gateable(self) -> bool:
-        """Could this comparison have failed a slowdown of the threshold's size? Only against
-        stored runs' learned run-to-run spread: one stored run says nothing of how far this
-        machine drifts between runs (docs/gating.md), whatever its within-run spread."""
-        return (self.z is not None and self.detectable is not None
-                and self.detectable <= self.threshold)
+        """Could this comparison fail a test? Only against stored runs' learned run-to-run
+        spread: one stored run says nothing of how far this machine drifts between runs
+        (docs/gating.md), whatever its within-run spread."""
+        return self.z is not None
 
     @property
     def fails_session(self) -> bool:
@@ -89,10 +87,12 @@ class Comparison:
     verdicts: tuple[Verdict, ...]
     metric: str
     threshold: float
-    alpha: float
+    alpha: float  # family-wise: the chance that an unchanged build reads any regression
     fingerprint_differences: tuple[str, ...] = ()
     baseline_label: str = "baseline"
     current_label: str = "current"
+    family: int = 1  # the tests (or benchmarks) sharing alpha (Bonferroni)
+    family_unit: str = "benchmarks"
     _by_id: dict[str, Verdict] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -120,50 +120,38 @@ def judge_records(
     metric: str = "p50",
     alpha: float = DEFAULT_ALPHA,
     stored_p50s: Sequence[float] = (),
+    stored_label: str = "",
 ) -> Verdict:
-    """The verdict for one benchmark present in both runs (validated records).
+    """The verdict for one benchmark present in both runs (validated records), its test held to
+    `alpha` (the point's level: vocabulary.point_level).
 
-    With stored_p50s from at least history.MIN_RUNS runs the verdict is judged against their
-    run-to-run spread (history.judge_history); otherwise from the two runs' samples alone.
+    With stored_p50s from at least history.MIN_RUNS runs (the baseline's current segment,
+    series.py; `stored_label` names them) the verdict is judged against their run-to-run
+    spread (history.judge_history), and the change is against their median;
+    otherwise from the two runs' samples alone, by a comparison that cannot gate. Either way
+    vocabulary.decide words it.
     """
     z = None
     cur_p50 = median(cur["samples"])
+    base_p50 = median(base["samples"])
+    base_value, cur_value = base["summary"][metric], cur["summary"][metric]
     usable = [p for p in stored_p50s if p > 0]
     if len(usable) >= MIN_RUNS and cur_p50 > 0:
         h = judge_history(usable, cur_p50, threshold, alpha=alpha)
-        kind, change, p_value, z = h.kind, h.change, None, h.z
-        detectable, noise = h.detectable, f"run-to-run, {h.runs} runs"
+        kind, change, p_value, z = h.kind, h.change, h.p_value, h.z
+        detectable, noise = h.detectable, f"run-to-run: {stored_label or f'{h.runs} runs'}"
+        # One change per comparison: the one the gate judged, against the baseline it names.
+        base_p50 = h.baseline_p50
+        if metric == "p50":
+            base_value = base_p50
     else:
-        kind, change, p_value = judge(base["samples"], cur["samples"], threshold, alpha)
-        detectable = within_run_detectable(base["samples"], cur["samples"], alpha)
-        noise = "within-run only: run-to-run noise unknown (1 stored run)"
-    single = z is None and min(len(base["samples"]), len(cur["samples"])) == 1
-    if single and change is not None and change > -1:
-        # One sample on a side (nccl-tests' mean per size) allows no test: the change is held
-        # to the threshold alone, and the verdict is never gateable (slower/faster below).
-        kind = ("regression" if change > threshold else
-                "improvement" if 1 / (1 + change) - 1 > threshold else "unchanged")
-        noise = "one sample on a side (nccl-tests' mean): held to the threshold, no test"
-    elif (kind in ("regression", "improvement") and change is not None
-            and detectable is not None and change > -1
-            and abs(math.log1p(change)) < math.log1p(detectable)):
-        # A change smaller than this comparison can tell from its own noise is not one (in
-        # ratio terms: detectable +50 % slower is the same size as 1/1.5 faster).
-        kind = "unchanged"
-    if (kind in ("regression", "improvement") and z is None and not single
-            and _intervals_overlap(base, cur)):
-        # Two runs whose p50 intervals overlap have not shown different p50s.
-        kind = "unchanged"
-    if kind == "unchanged" and _beyond_threshold(change, threshold):
-        # Not shown to differ, yet far apart: the comparison cannot tell, which is not
-        # "unchanged" (docs/gating.md).
-        kind = "inconclusive"
-    base_value = base["summary"][metric]
-    cur_value = cur["summary"][metric]
-    verdict = Verdict(
+        stored = f"{stored_label}: fewer than {MIN_RUNS}" if len(usable) > 1 else "1 stored run"
+        kind, change, p_value, detectable, noise = _judge_runs(base, cur, threshold, alpha,
+                                                               stored)
+    return Verdict(
         id=cur["id"],
         kind=kind,
-        baseline_p50=median(base["samples"]),
+        baseline_p50=base_p50,
         current_p50=cur_p50,
         change=change,
         p_value=p_value,
@@ -171,6 +159,7 @@ def judge_records(
         detectable=detectable,
         noise=noise,
         z=z,
+        level=alpha,
         name=cur["name"],
         family=cur["family"],
         nbytes=cur.get("nbytes"),
@@ -179,11 +168,33 @@ def judge_records(
         current_value=cur_value,
         metric_change=relative_change(base_value, cur_value),
     )
-    if kind in UNGATED and not verdict.gateable:
-        # "regression" is kept for what the gate fails: a slowdown seen by a comparison that
-        # cannot gate (one stored run; a spread wider than the threshold) is only "slower".
-        verdict = replace(verdict, kind=UNGATED[kind])
-    return verdict
+
+
+def _judge_runs(base: dict[str, Any], cur: dict[str, Any], threshold: float, level: float,
+                stored: str = "1 stored run") -> tuple[Kind, float, float | None, float, str]:
+    """(kind, change, p, detectable, noise) of two runs' samples: a comparison that cannot gate
+    (one run per side shows no run-to-run noise), whatever it shows."""
+    base_p50, cur_p50 = median(base["samples"]), median(cur["samples"])
+    change, moved = relative_change(base_p50, cur_p50), log_change(base_p50, cur_p50)
+    detectable = within_run_detectable(base["samples"], cur["samples"], level)
+    if min(len(base["samples"]), len(cur["samples"])) == 1:
+        # One sample on a side (nccl-tests' mean per size) allows no test: the change is held
+        # to the threshold alone ("shown" when beyond it), and never gates.
+        beyond = _beyond_threshold(change, threshold)
+        p_slower = 0.0 if beyond and moved > 0 else 1.0
+        p_faster = 0.0 if beyond and moved < 0 else 1.0
+        kind = decide(p_slower=p_slower, p_faster=p_faster, level=level, low=moved, high=moved,
+                      threshold=threshold, gateable=False)
+        return (kind, change, None, detectable,
+                "one sample on a side (nccl-tests' mean): held to the threshold, no test")
+    p_slower, p_faster = one_sided_p_values(base["samples"], cur["samples"])
+    p_value = p_slower if moved > 0 else p_faster if moved < 0 else min(p_slower, p_faster)
+    # Two runs whose printed p50 intervals overlap have not shown different p50s.
+    apart = not _intervals_overlap(base, cur)
+    kind = decide(p_slower=p_slower if apart else 1.0, p_faster=p_faster if apart else 1.0,
+                  level=level, low=moved, high=moved, threshold=threshold, gateable=False)
+    return (kind, change, p_value, detectable,
+            f"within-run only: run-to-run noise unknown ({stored})")
 
 
 def _beyond_threshold(change: float | None, threshold: float) -> bool:
@@ -211,12 +222,22 @@ def compare_documents(
     baseline_label: str = "baseline",
     current_label: str = "current",
     progress: Callable[[int, int], None] | None = None,
+    family: int | None = None,
+    levels: Mapping[str, float] | None = None,
+    family_unit: str = "benchmarks",
+    series: Mapping[str, Series] | None = None,
 ) -> Comparison:
     """Judge every benchmark id found in either (validated) document.
 
     Ids only in the current document are "new", ids only in the baseline are "missing"; neither
     is a failure. A record's own "threshold" (from the current run) beats ``threshold``.
-    ``progress(judged, total)`` is told after each benchmark of the current document.
+    ``progress(judged, total)`` is told after each benchmark of the current document. A
+    baseline with a history is judged against each benchmark's current segment (`series`, as
+    series.series_of gives it: found here unless given).
+
+    ``alpha`` is family-wise: each judged benchmark is held to alpha / family (Bonferroni;
+    family defaults to the benchmarks judged here), unless ``levels`` gives its level (a
+    session's: each point at the level its test judged it at).
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -226,7 +247,11 @@ def compare_documents(
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     base_records = records(baseline_doc)
     cur_records = records(current_doc)
-    runs = p50_runs(baseline_doc)
+    if series is None:
+        series = series_of(baseline_doc)
+    family = family or sum(1 for i in cur_records if i in base_records)
+    default_level = point_level(family, 1, alpha)
+    levels = levels or {}
 
     verdicts: list[Verdict] = []
     for benchmark_id, cur in cur_records.items():
@@ -237,10 +262,11 @@ def compare_documents(
         if base is None:
             verdicts.append(_one_sided(benchmark_id, "new", cur, limit, metric, current=True))
             continue
-        stored = [run[benchmark_id] for run in runs if benchmark_id in run]
-        verdicts.append(
-            judge_records(base, cur, limit, metric=metric, alpha=alpha, stored_p50s=stored)
-        )
+        segment = series.get(benchmark_id)
+        verdicts.append(judge_records(
+            base, cur, limit, metric=metric, alpha=levels.get(benchmark_id, default_level),
+            stored_p50s=segment.current if segment else (),
+            stored_label=segment.describe_current() if segment else ""))
     for benchmark_id, base in base_records.items():
         if benchmark_id not in cur_records:
             limit = _threshold_for(None, base, threshold)
@@ -260,7 +286,16 @@ def compare_documents(
         ),
         baseline_label=baseline_label,
         current_label=current_label,
+        family=family,
+        family_unit=family_unit,
     )
+
+
+def judged_count(baseline_doc: dict[str, Any], current_doc: dict[str, Any]) -> int:
+    """How many benchmarks compare_documents would judge (in both documents)."""
+    baseline_doc, current_doc = nccl_tests.aligned(baseline_doc, current_doc)
+    base = records(baseline_doc)
+    return sum(1 for benchmark_id in records(current_doc) if benchmark_id in base)
 
 
 def _threshold_for(cur: dict | None, base: dict | None, default: float) -> float:
@@ -301,7 +336,7 @@ def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str,
         base = baseline_env.get(key)
         cur = current_env.get(key)
         if key == "world_sizes":
-            base, cur = _as_sorted_set(base), _as_sorted_set(cur)
+            base, cur = as_sorted_set(base), as_sorted_set(cur)
         if base != cur:
             lines.append(f"{key}: {_describe(base)} (baseline) vs {_describe(cur)} (current)")
     return lines
@@ -352,13 +387,6 @@ def timing_differences(base_records: dict[str, dict[str, Any]],
             pairs[(b, c)] += 1
     return [f"timing: {b} (baseline) vs {c} (current) for {n} benchmark(s); the two measure "
             "different things (docs/gpu.md)" for (b, c), n in sorted(pairs.items())]
-
-
-def _as_sorted_set(value: Any) -> Any:
-    # The order world sizes were requested in does not change what was measured.
-    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-        return sorted(set(value))
-    return value
 
 
 def _describe(value: Any) -> str:

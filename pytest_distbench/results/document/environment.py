@@ -12,6 +12,23 @@ from typing import Any
 
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_DISTRIBUTED", "TP_", "OMP_NUM_THREADS", "USE_LIBUV")
 
+# Environment fields that change what a benchmark measures; hostname and friends do not.
+FINGERPRINT_FIELDS = ("torch", "cpu_model", "cpu_count", "gpus", "cuda", "nccl", "world_sizes")
+
+
+def fingerprint(environment: dict[str, Any]) -> dict[str, Any]:
+    """The FINGERPRINT_FIELDS of a run's environment, as a stored history run keeps them: the
+    world sizes as a sorted set (the order they were asked for changes nothing measured)."""
+    return {key: as_sorted_set(environment.get(key)) if key == "world_sizes"
+            else environment.get(key) for key in FINGERPRINT_FIELDS}
+
+
+def as_sorted_set(value: Any) -> Any:
+    """A list of numbers as its sorted distinct values; anything else as it is."""
+    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+        return sorted(set(value))
+    return value
+
 
 def cpu_model() -> str:
     try:

@@ -112,6 +112,7 @@ class ABField(TypedDict, total=False):
     ratio_low: float | None
     ratio_high: float | None
     p_value: float
+    level: float  # the point's share of the session's family-wise rate (absent before it)
     verdict: str
     detectable: float | None
     gateable: bool

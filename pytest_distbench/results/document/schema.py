@@ -188,15 +188,24 @@ def _validate_history(history: Any, where: str) -> None:
             if not (is_number(value) and value >= 0):
                 raise SchemaError(at(run_at, "p50_s"), f"{short(bid)}: expected seconds >= 0, "
                                   f"got {short(value)}")
-        for key in ("created", "torch"):
+        for key in ("created", "torch", "commit"):
             _optional_string(run, key, run_at)
         _probe_field(run, run_at)
+        _optional(run, "dirty", bool, run_at, "true, false or null")
+        # Its environment fingerprint (environment.FINGERPRINT_FIELDS): compared, field by
+        # field, with the next run's; what an older run lacks is not compared.
+        _optional(run, "environment", dict, run_at, "an object (the environment fingerprint)")
 
 
 def _optional_string(obj: dict[str, Any], key: str, where: str) -> None:
     if obj.get(key) is not None and not isinstance(obj[key], str):
         raise SchemaError(at(where, key), f"expected a string or null, got "
                           f"{json_type(obj[key])}")
+
+
+def _optional(obj: dict[str, Any], key: str, kind: type, where: str, what: str) -> None:
+    if obj.get(key) is not None and not isinstance(obj[key], kind):
+        raise SchemaError(at(where, key), f"expected {what}, got {json_type(obj[key])}")
 
 
 def _probe_field(obj: dict[str, Any], where: str) -> None:

@@ -1,4 +1,5 @@
-"""The A/B comparison table printed at the end of an A/B session."""
+"""The A/B comparison table printed at the end of an A/B session (and in its markdown), with
+the vocabulary's legend and the one-line digest."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...units import size_cell
-from ..statistics.paired import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_POWER
+from ..statistics import vocabulary
+from ..statistics.paired import DEFAULT_CONFIDENCE
 from ..statistics.stats import median
 from . import fit
 
@@ -24,20 +26,51 @@ def _bound(value: float) -> str:
 KEPT = "\u00a0"
 
 
-def verdict_cell(kind: str, gateable: bool) -> str:
-    # A regression was seen whatever the noise; a pass that could not have seen one is no pass.
-    return kind if gateable or kind == "regression" else f"{kind}, not gateable"
+def counts_line(outcomes: Sequence[Any]) -> str:
+    """'1 regression, 0 improvements, 2 unchanged, 1 slower (not gateable)': every kind with
+    some, regressions and improvements always."""
+    kinds = [o.verdict.kind for o in outcomes]
+    parts = [f"{kinds.count('regression')} regression" + "s" * (kinds.count("regression") != 1),
+             f"{kinds.count('improvement')} improvement"
+             + "s" * (kinds.count("improvement") != 1)]
+    for kind in ("slower", "faster", "unchanged", "inconclusive"):
+        if kinds.count(kind) or kind == "unchanged":
+            said = f" ({vocabulary.NOT_GATEABLE})" if kind in vocabulary.UNGATED else ""
+            parts.append(f"{kinds.count(kind)} {kind}{said}")
+    return ", ".join(parts)
 
 
-def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
-    """`statistic`: what stands for a round in the verdict (harness/ab/mode.py ROUND_STATISTIC)."""
+def legend(outcomes: Sequence[Any], statistic: str, tests: int) -> list[str]:
+    """The vocabulary under the A/B table, a term a line: its test, its interval, its
+    family-wise level."""
+    threshold = outcomes[0].verdict.threshold if outcomes else 0.0
+    test = (f"a one-sided Wilcoxon signed-rank test on the per-round log {statistic} ratios "
+            "(the table shows each side's median over the rounds)")
+    family = vocabulary.family_clause(vocabulary.FAMILY_ALPHA, tests,
+                                      [o.verdict.level for o in outcomes])
+    return [f"threshold {threshold * 100:g} %", *vocabulary.legend_terms(
+        test, family, interval=f"the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval "
+        "(Hodges-Lehmann)")]
+
+
+def digest_line(outcomes: Sequence[Any], baseline: str) -> str:
+    """The A/B session in one line, for the digest."""
+    return (f"A/B against the live baseline ({baseline}): {counts_line(outcomes)} of "
+            f"{len(outcomes)} point(s); family-wise {vocabulary.FAMILY_ALPHA * 100:g} %")
+
+
+def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int = 1, *,
+              markdown: bool = False) -> str:
+    """`statistic`: what stands for a round in the verdict (harness/ab/mode.py ROUND_STATISTIC);
+    `tests`: the session's distbench tests, sharing its family-wise rate."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []
     for o in outcomes:
         v = o.verdict
+        said = vocabulary.label(v.kind)
         rows.append([
-            o.name,
+            _cell(o.name) if markdown else o.name,
             size_cell(o.nbytes),
             f"{median(o.baseline_round_s) * 1e6:,.2f}",
             f"{median(o.candidate_round_s) * 1e6:,.2f}",
@@ -45,26 +78,24 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str) -> str:
             f"{v.p_value:.2g}",
             _pct(v.detectable),
             str(v.rounds),
-            verdict_cell(v.kind, v.gateable).replace(" gateable", KEPT + "gateable"),
+            f"**{said}**" if markdown and v.kind == "regression" else
+            said.replace(" gateable", KEPT + "gateable"),
         ])
-    table = fit.table(rows, headers, colalign=("left", "right", "right", "right", "right",
-                                               "right", "right", "right", "left")
-                      ).replace(KEPT, " ")
-    kinds = [o.verdict.kind for o in outcomes]
-    blind = sum(1 for o in outcomes if not o.verdict.gateable and o.verdict.kind != "regression")
-    threshold = outcomes[0].verdict.threshold if outcomes else 0.0
-    lines = [
-        f"baseline: {baseline}; candidate: this run as is",
-        table,
-        "",
-        f"{kinds.count('regression')} regressions, {kinds.count('improvement')} improvements, "
-        f"{kinds.count('unchanged')} unchanged; {blind} not gateable at "
-        f"{threshold * 100:g} %",
-        f"regression = one-sided Wilcoxon signed-rank p < {DEFAULT_ALPHA:g} on the per-round "
-        f"log {statistic} ratios (the table shows their medians over the rounds) AND the "
-        f"ratio's {DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-Lehmann) above 1 + threshold; "
-        "detectable = smallest slowdown these rounds tell from "
-        f"none at p < {DEFAULT_ALPHA:g} with {DEFAULT_POWER * 100:g} % power; not gateable = "
-        "detectable > threshold (more rounds or a larger budget would help)",
-    ]
+    align = ("left", "right", "right", "right", "right", "right", "right", "right", "left")
+    summary = counts_line(outcomes)
+    if markdown:
+        from tabulate import tabulate  # lazy: only the markdown needs it
+
+        table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
+                         colalign=align)
+        return "\n".join([f"baseline: {_cell(baseline)}; candidate: this run as is", "", table,
+                          "", summary, ""]
+                         + [f"- _{term}_" for term in legend(outcomes, statistic, tests)]) + "\n"
+    table = fit.table(rows, headers, colalign=align).replace(KEPT, " ")
+    lines = [f"baseline: {baseline}; candidate: this run as is", table, "", summary,
+             "; ".join(legend(outcomes, statistic, tests))]
     return fit.wrap_text("\n".join(lines)) + "\n"  # a terminal's 120 columns, the table's too
+
+
+def _cell(text: str) -> str:
+    return fit.printable(text).replace("\\", "\\\\").replace("|", "\\|")

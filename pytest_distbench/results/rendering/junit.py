@@ -49,6 +49,8 @@ def _figure_properties(record: Mapping[str, Any], verdict: Any) -> list[Property
             props.append(("change_pct", round(verdict.change * 100, 3)))
         if _finite(verdict.p_value):
             props.append(("p_value", float(f"{verdict.p_value:.3g}")))
+        if _finite(getattr(verdict, "level", None)):  # the p-value's share of the family
+            props.append(("level", float(f"{verdict.level:.3g}")))
     return props
 
 

@@ -20,7 +20,8 @@ from .noise import noise_lines
 
 
 def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
-           comparison: Any = None, *, memory: bool = False) -> str:
+           comparison: Any = None, *, memory: bool = False, ab: str | None = None) -> str:
+    """`ab`: A/B mode's table as markdown (ab_report.render_ab), under its own heading."""
     records = list(records)
     lines = ["## pytest-distbench results", ""]
     if environment:
@@ -41,6 +42,8 @@ def render(records: Iterable[Record], environment: dict[str, Any] | None = None,
         else:
             lines += ["```text", table.family_text(family, rows, details=True), "```"]
         lines.append("")
+    if ab:
+        lines += ["## pytest-distbench A/B comparison", "", ab.rstrip("\n"), ""]
     if comparison is not None:
         from .report import render as render_comparison
 

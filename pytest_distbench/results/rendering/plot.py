@@ -60,7 +60,7 @@ def matplotlib_available() -> bool:
     return True
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     if not matplotlib_available():
         raise PlotUnavailable(MISSING_MATPLOTLIB)
     import matplotlib
@@ -94,7 +94,7 @@ def plot_document(document: dict[str, Any], out_dir: str | Path) -> list[Rendere
 
 def plot_records(records: Sequence[Record], environment: dict[str, Any],
                  out_dir: str | Path) -> list[Rendered]:
-    plt = _pyplot()
+    plt = pyplot()
     records = [r for r in records if is_figure(r)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def plot_records(records: Sequence[Record], environment: dict[str, Any],
     used_names: set[str] = set()
     for spec in specs() + _fallback_specs(records):
         for group in group_records(spec, records):
-            name = _unique(_file_stem(group), used_names)
+            name = unique_name(_file_stem(group), used_names)
             written.append(_draw_group(plt, group, environment, out / f"{name}.png"))
     return written
 
@@ -134,13 +134,13 @@ def _file_stem(group: Group) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem).lstrip(".")[:120] or "plot"
 
 
-def _text(value: Any) -> str:
+def literal(value: Any) -> str:
     """Text from records, shown literally: matplotlib would parse $...$ as math (and may fail)."""
     text = printable(value, keep="\n")
     return text.replace("$", r"\$")
 
 
-def _unique(stem: str, used: set[str]) -> str:
+def unique_name(stem: str, used: set[str]) -> str:
     name, n = stem, 2
     while name in used:
         name, n = f"{stem}-{n}", n + 1
@@ -197,7 +197,7 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
                 lines, band = _draw_line(ax, spec, rows_of_series, value, colour, style, label)
                 drawn += lines
                 if band:
-                    banded_labels.add(_text(label))
+                    banded_labels.add(literal(label))
         counts.append(drawn)
         xs = [x for rs in group.series.values() for r in rs if (x := spec.x.at(r)) is not None]
         _style_axes(ax, spec, panel, xs)
@@ -206,17 +206,17 @@ def _draw_group(plt: Any, group: Group, environment: dict[str, Any], path: Path)
     for index in range(n, rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     title = _title(group)
-    fig.suptitle(_text(title), fontsize="large", fontweight="bold")
+    fig.suptitle(literal(title), fontsize="large", fontweight="bold")
     records = [r for rs in group.series.values() for r in rs]
-    fig.text(0.5, 0.005, _text(caption(environment, records, spec.note)), ha="center",
+    fig.text(0.5, 0.005, literal(caption(environment, records, spec.note)), ha="center",
              va="bottom",
              fontsize="x-small", color="#444444", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
     return Rendered(path, title, tuple(series_names), tuple(counts))
 
 
-def _save(plt: Any, fig: Any, path: Path) -> None:
+def save_figure(plt: Any, fig: Any, path: Path) -> None:
     # Drawn in memory, then written as every output is (document/io.py): a symlink, a device
     # or a FIFO where the PNG goes is written through, never replaced by a file.
     buffer = io.BytesIO()
@@ -267,7 +267,7 @@ def _draw_line(ax: Any, spec: PlotSpec, rows: list[Record], value: Any, colour: 
         bars.append((y - interval[0], interval[1] - y) if interval else (0.0, 0.0))
     if not xs:
         return 0, False
-    ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=_text(label))
+    ax.plot(xs, ys, style, marker="o", markersize=3.5, color=colour, label=literal(label))
     if any(low or high for low, high in bars):  # the p50's 95 % interval, as error bars
         ax.errorbar(xs, ys, yerr=[[max(0.0, b[0]) for b in bars], [max(0.0, b[1]) for b in bars]],
                     fmt="none", ecolor=colour, elinewidth=1.2, capsize=3)
@@ -413,7 +413,7 @@ def _comparison_name(record: Record) -> str:
 def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], comparison: Any,
                     out_dir: str | Path) -> list[Rendered]:
     """comparison.png (comparison-2.png, ... past 60 benchmarks): ratio per benchmark."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     out = Path(out_dir)
@@ -437,7 +437,7 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         for edge in (1 + t, 1 / (1 + t)):
             ax.axvline(edge, color="#999999", linewidth=0.8, linestyle="--")
         ax.set_yticks(ys)
-        ax.set_yticklabels([_text(row.name) for row in page], fontsize="small")
+        ax.set_yticklabels([literal(row.name) for row in page], fontsize="small")
         ax.set_xscale("log")
         from matplotlib import ticker
 
@@ -460,17 +460,17 @@ def plot_comparison(baseline: dict[str, Any], current: dict[str, Any], compariso
         suffix = f" (page {number}/{len(pages)})" if len(pages) > 1 else ""
         title = (f"p50 time ratio: {comparison.current_label} vs {comparison.baseline_label}"
                  f"{suffix}")
-        ax.set_title(_text(title), fontweight="bold")
+        ax.set_title(literal(title), fontweight="bold")
         summary = ", ".join(f"{counts[k]} {k}" for k in counts)
         not_drawn = f"; {unjudged} new/missing not drawn" if unjudged else ""
         environment = current.get("distbench", {}).get("environment", {})
         recs = [b["distbench"] for b in current.get("benchmarks", [])]
-        fig.text(0.5, 0.005, _text(f"{summary}{not_drawn}\n" + caption(environment, recs)),
+        fig.text(0.5, 0.005, literal(f"{summary}{not_drawn}\n" + caption(environment, recs)),
                  ha="center", va="bottom", fontsize="x-small", color="#444444")
         fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
         name = "comparison" if number == 1 else f"comparison-{number}"
         path = out / f"{name}.png"
-        _save(plt, fig, path)
+        save_figure(plt, fig, path)
         written.append(Rendered(path, title, tuple(kinds), (len(page),)))
     return written
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...units import size_cell
-from ..comparison.verdict import KINDS, UNGATED, Comparison, Verdict
+from ..comparison.verdict import KINDS, Comparison, Verdict
+from ..statistics import vocabulary
 from . import fit
 from .fit import printable
 
@@ -46,13 +47,13 @@ def summary_line(comparison: Comparison) -> str:
     parts = []
     for kind in KINDS:
         n = counts[kind]
-        if kind in (*UNGATED.values(), "inconclusive"):  # said only where there are some
+        if kind in (*vocabulary.UNGATED, "inconclusive"):  # said only where there are some
             if n:
-                parts.append(f"{n} {kind}" + (" (not gateable)" if kind in UNGATED.values()
-                                               else ""))
+                parts.append(f"{n} {kind}" + (f" ({vocabulary.NOT_GATEABLE})"
+                                               if kind in vocabulary.UNGATED else ""))
             continue
         word = kind
-        if kind in UNGATED and n != 1:
+        if kind in ("regression", "improvement") and n != 1:
             word += "s"
         parts.append(f"{n} {word}")
     return ", ".join(parts)
@@ -60,22 +61,35 @@ def summary_line(comparison: Comparison) -> str:
 
 def rule_line(comparison: Comparison) -> str:
     """How verdicts were reached, so a reader of a CI summary can tell noise from a finding."""
-    shown = "" if comparison.metric == "p50" else f"; change % shows {comparison.metric}"
+    return "; ".join(rule_terms(comparison))
+
+
+def rule_markdown(comparison: Comparison) -> list[str]:
+    """rule_terms as a markdown list, a term a line."""
+    return [f"- _{_text(term, True)}_" for term in rule_terms(comparison)]
+
+
+def rule_terms(comparison: Comparison) -> list[str]:
+    """The vocabulary's legend (vocabulary.legend_terms), with this comparison's threshold, test
+    and family."""
     history = any(v.z is not None for v in comparison.verdicts)
-    test = (f"robust z of log p50 against the stored runs' spread beyond the t quantile at "
-            f"{comparison.alpha:g}" if history else
-            f"one-sided Mann-Whitney U p < {comparison.alpha:g}")
-    return (
-        f"slower = p50 slower by more than {comparison.threshold * 100:g}% (unless overridden"
-        f" per benchmark) and {test}{shown}; detectable = smallest slowdown told from noise "
-        f"at {comparison.alpha:g} with 95% power ("
-        + ("run-to-run spread of the stored runs" if history else
-           ">= : from the spread inside the two runs") + "); not gateable = detectable above "
-        "the threshold, or run-to-run noise unknown (fewer than 3 stored runs); regression = "
-        "slower where gateable; inconclusive = changed by more than the threshold but not shown "
-        "to differ (the test above not met, the change below detectable, or the two runs' "
-        "95 % intervals overlap); unchanged = within the threshold"
-    )
+    single = any(v.z is None and v.level is not None for v in comparison.verdicts)
+    tests = []
+    if history:
+        tests.append("the robust z of log p50 against the stored runs' spread, its one-sided p "
+                     "from Student's t with k - 1 degrees of freedom (k stored runs); the change "
+                     "is against the median of the stored p50s")
+    if single:
+        tests.append("a one-sided Mann-Whitney U test on the two runs' batch medians, their 95 % "
+                     "intervals apart")
+    shown = "" if comparison.metric == "p50" else (
+        f"; change % shows {comparison.metric} (against the file's own run), the verdict p50")
+    levels = [v.level for v in comparison.verdicts if v.level is not None]
+    family = vocabulary.family_clause(comparison.alpha, comparison.family, levels,
+                                      comparison.family_unit)
+    return [f"threshold {comparison.threshold * 100:g}% (unless overridden per benchmark)"
+            f"{shown}", *vocabulary.legend_terms(" or ".join(tests) or "the comparison's test",
+                                                 family)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +137,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
             _us(v.baseline_value),
             _us(v.current_value),
             _pct(v.metric_change),
-            _p(v.p_value) if v.z is None else f"z {v.z:.1f}",
+            _p(v.p_value),
             _detectable(v),
             _verdict_cell(v, markdown),
         ]
@@ -133,7 +147,7 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
     lines = []
     if markdown:
         lines += _markdown_warnings([("", comparison.fingerprint_differences)])
-        lines += [table, "", _markdown_summary(comparison), "", f"_{rule_line(comparison)}_"]
+        lines += [table, "", _markdown_summary(comparison), "", *rule_markdown(comparison)]
     else:
         lines += [table, "", *_fitted(summary_line(comparison)), *_fitted(rule_line(comparison))]
     return "\n".join(lines) + "\n"
@@ -145,6 +159,7 @@ def _pair_json(comparison: Comparison) -> dict[str, Any]:
         "metric": comparison.metric,
         "threshold": comparison.threshold,
         "alpha": comparison.alpha,
+        "family": comparison.family,
         "fingerprint_differences": list(comparison.fingerprint_differences),
         "counts": comparison.counts(),
         "benchmarks": [_verdict_json(v) for v in comparison.verdicts],
@@ -171,6 +186,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "gateable": v.gateable if v.detectable is not None else None,
         "noise": v.noise,
         "z": _finite(v.z),
+        "level": v.level,
     }
 
 
@@ -262,7 +278,7 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
         lines = _markdown_warnings([(c.current_label, c.fingerprint_differences) for c in series])
         lines += [table, ""]
         lines += [f"- {_text(c.current_label, True)}: {_markdown_summary(c)}" for c in series]
-        lines += ["", f"_{rule_line(series[0])}_"]
+        lines += ["", *rule_markdown(series[0])]
     else:
         lines = [table, ""]
         lines += [part for c in series for part in _fitted(f"{c.current_label}: {summary_line(c)}")]
@@ -333,10 +349,7 @@ def _markdown_summary(comparison: Comparison) -> str:
 def _verdict_cell(v: Verdict, markdown: bool) -> str:
     if markdown and v.kind == "regression":
         return "**regression**"
-    if v.kind != "regression" and v.detectable is not None and not v.gateable:
-        # Whatever it saw, it could not have failed a slowdown of the threshold's size.
-        return f"{v.kind}, not gateable"
-    return v.kind
+    return vocabulary.label(v.kind)
 
 
 def _detectable(v: Verdict) -> str:

@@ -65,6 +65,16 @@ def student_t_quantile(p: float, dof: int) -> float:
             high = middle
 
 
+def student_t_sf(t: float, dof: int) -> float:
+    """P(T > t): a one-sided p-value of a t statistic (absolute precision about 1e-16)."""
+    if dof < 1 or int(dof) != dof:
+        raise ValueError(f"Student's t needs a whole number of degrees of freedom >= 1, "
+                         f"got {dof!r}")
+    if math.isnan(t):
+        return 1.0
+    return _student_t_cdf(-t, dof)
+
+
 def normal_sf(z: float) -> float:
     """P(Z > z) for the standard normal."""
     return 0.5 * math.erfc(z / math.sqrt(2))

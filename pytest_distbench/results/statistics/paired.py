@@ -12,7 +12,8 @@ log ratio log(candidate p50 / baseline p50) cancels it; the verdict works on tho
 - the Hodges-Lehmann estimate of the ratio (median of the Walsh averages of the log ratios)
   with its distribution-free confidence interval (order statistics of the Walsh averages at the
   signed-rank critical value), the classic companion of the signed-rank test;
-- a regression needs both: p < alpha AND the interval's lower bound above 1 + threshold.
+- the verdict by the one rule of every comparison (vocabulary.decide): a regression needs both
+  p < alpha (the point's level) AND the interval's lower bound above 1 + threshold.
 
 ``detectable`` is the smallest slowdown that R rounds with the measured round-to-round spread
 tell from no change at false-alarm rate alpha with 95 % power (a minimum detectable effect).
@@ -28,8 +29,9 @@ from statistics import NormalDist
 
 from .distributions import average_ranks
 from .stats import median
+from .vocabulary import FAMILY_ALPHA, Kind, decide
 
-DEFAULT_ALPHA = 0.01
+DEFAULT_ALPHA = FAMILY_ALPHA  # one point alone; a session's points each get less
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.95
 # MAD -> standard deviation for normal data.
@@ -44,7 +46,7 @@ EXACT_SIGNED_RANK_UP_TO = 60
 
 @dataclass(frozen=True)
 class PairedVerdict:
-    kind: str  # "regression", "improvement" or "unchanged"
+    kind: Kind  # vocabulary.decide's: regression, improvement, slower, faster, ...
     ratio: float  # Hodges-Lehmann estimate of candidate / baseline
     ratio_low: float  # confidence interval of the ratio
     ratio_high: float
@@ -52,10 +54,12 @@ class PairedVerdict:
     detectable: float  # smallest detectable slowdown, a fraction (0.05 = 5 %)
     rounds: int
     threshold: float
+    level: float = DEFAULT_ALPHA  # the significance level the test was held to
 
     @property
     def gateable(self) -> bool:
-        """Whether a slowdown of the threshold's size is within what these rounds can see."""
+        """Whether a slowdown of the threshold's size is within what these rounds can show at
+        their level (information: detectable decides no verdict)."""
         return self.detectable <= self.threshold
 
 
@@ -203,21 +207,16 @@ def judge_paired(
     confidence: float = DEFAULT_CONFIDENCE,
     power: float = DEFAULT_POWER,
 ) -> PairedVerdict:
-    """The verdict from per-round p50s of the two variants (seconds, lower is better)."""
+    """The verdict from per-round times of the two variants (seconds, lower is better), its
+    test held to `alpha` (the point's level: vocabulary.point_level in a session)."""
     if not (math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
     ratios = log_ratios(baseline, candidate)
     estimate, low, high = hodges_lehmann_interval(ratios, confidence)
     p_slower, p_faster = signed_rank_p_values(ratios)
-    limit = math.log1p(threshold)
-    if p_slower < alpha and low > limit:
-        kind = "regression"
-    elif p_faster < alpha and high < -limit:
-        kind = "improvement"
-    else:
-        kind = "unchanged"
     return PairedVerdict(
-        kind=kind,
+        kind=decide(p_slower=p_slower, p_faster=p_faster, level=alpha, low=low, high=high,
+                    threshold=threshold),
         ratio=math.exp(estimate),
         ratio_low=math.exp(low) if math.isfinite(low) else 0.0,
         ratio_high=math.exp(high) if math.isfinite(high) else math.inf,
@@ -225,4 +224,5 @@ def judge_paired(
         detectable=paired_detectable(ratios, alpha, power),
         rounds=len(ratios),
         threshold=threshold,
+        level=alpha,
     )

@@ -3,7 +3,9 @@
 One run cannot show run-to-run noise; a baseline with a history can. With MIN_RUNS or more
 runs, a benchmark's verdict compares the new p50 with the spread of the stored p50s: a robust
 z on log p50s, with a t quantile for the few runs the spread is learned from, together with
-the threshold.
+the threshold, decided by the rule of every comparison (vocabulary.decide): the z's one-sided
+p-value (Student's t, k - 1 degrees of freedom) at the point's level, and the change beyond the
+threshold.
 """
 
 from __future__ import annotations
@@ -12,20 +14,24 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .distributions import student_t_quantile
+from .distributions import student_t_quantile, student_t_sf
 from .paired import DEFAULT_ALPHA, DEFAULT_POWER, robust_sd
 from .stats import median
+from .vocabulary import Kind, decide
 
 MIN_RUNS = 3
 
 
 @dataclass(frozen=True)
 class HistoryVerdict:
-    kind: str  # "regression", "improvement" or "unchanged"
+    kind: Kind  # vocabulary.decide's
     change: float  # current / median of the stored p50s - 1
     z: float  # robust z of log p50 against the stored runs
     detectable: float  # smallest slowdown this history can tell from noise (fraction)
     runs: int
+    p_value: float = 1.0  # the z's one-sided p (t, runs - 1 dof) in the direction it moved
+    level: float = DEFAULT_ALPHA
+    baseline_p50: float = math.nan  # the median of the stored p50s: what the change is against
 
 
 def judge_history(stored_p50s: Sequence[float], current_p50: float, threshold: float, *,
@@ -48,11 +54,8 @@ def judge_history(stored_p50s: Sequence[float], current_p50: float, threshold: f
     z = distance / spread if spread > 0 else (0.0 if distance == 0 else math.copysign(
         math.inf, distance))
     change = math.exp(distance) - 1
-    limit = math.log1p(threshold)
-    if z > t_alpha and distance > limit:
-        kind = "regression"
-    elif z < -t_alpha and distance < -limit:
-        kind = "improvement"
-    else:
-        kind = "unchanged"
-    return HistoryVerdict(kind, change, z, math.expm1((t_alpha + t_power) * spread), len(logs))
+    p_slower, p_faster = student_t_sf(z, dof), student_t_sf(-z, dof)
+    kind = decide(p_slower=p_slower, p_faster=p_faster, level=alpha, low=distance,
+                  high=distance, threshold=threshold)
+    return HistoryVerdict(kind, change, z, math.expm1((t_alpha + t_power) * spread), len(logs),
+                          p_slower if distance >= 0 else p_faster, alpha, math.exp(centre))

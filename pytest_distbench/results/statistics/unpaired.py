@@ -1,25 +1,21 @@
 """Two runs' samples, unpaired: is the current run slower, faster, or the same?
 
-A regression needs two things at once: a one-sided Mann-Whitney U test on the batch medians
-that says "current is stochastically slower" at ``alpha``, and a median (p50) slowdown larger
-than the threshold. The rank test ignores how far the heavy tail reaches (an occasional 15x
-stall moves a mean, not a rank), and the threshold keeps statistically real but tiny shifts
-from failing CI.
+Shown slower: a one-sided Mann-Whitney U test on the batch medians that says "current is
+stochastically slower" at ``alpha``; beyond the threshold: a median (p50) slowdown larger than
+it (vocabulary.decide, the rule of every comparison). The rank test ignores how far the heavy
+tail reaches (an occasional 15x stall moves a mean, not a rank), and the threshold keeps
+statistically real but tiny shifts from failing CI.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 from .distributions import mann_whitney_p_values
 from .paired import DEFAULT_ALPHA, SIGNED_RANK_EFFICIENCY, detectable_change, robust_sd
 from .stats import median
-
-# "slower" / "faster": a change the test saw that no gate could judge (comparison/verdict.py).
-Kind = Literal["regression", "improvement", "slower", "faster", "inconclusive", "unchanged",
-               "new", "missing"]
+from .vocabulary import Kind, decide
 
 # Ten batches against ten: the smallest one-sided Mann-Whitney p-value is 1/184756, so a
 # consistent shift is significant at alpha=0.01 even though each side is only ten numbers.
@@ -33,9 +29,10 @@ def judge(
 ) -> tuple[Kind, float, float]:
     """Judge current against baseline samples (seconds; lower is better).
 
-    Returns (kind, change, p_value): kind is "regression", "improvement" or "unchanged";
-    change is current p50 / baseline p50 - 1; p_value is the one-sided p-value in the direction
-    the p50 moved. A regression needs current p50 > baseline p50 x (1 + threshold); an
+    Returns (kind, change, p_value): kind is vocabulary.decide's for a comparison that could
+    gate (comparison/verdict.py says whether it can); change is current p50 / baseline p50 - 1;
+    p_value is the one-sided p-value in the direction the p50 moved. A regression needs
+    current p50 > baseline p50 x (1 + threshold); an
     improvement needs baseline p50 > current p50 x (1 + threshold), i.e. throughput up by more
     than the threshold, which makes judge(a, b) and judge(b, a) exact mirror images.
     """
@@ -54,22 +51,32 @@ def judge(
     base_p50 = median(base)
     cur_p50 = median(cur)
     change = relative_change(base_p50, cur_p50)
-    p_slower, p_faster = _one_sided_p_values(
-        sorted(batch_medians(base_in_order)), sorted(batch_medians(cur_in_order))
-    )
-
+    p_slower, p_faster = one_sided_p_values(base_in_order, cur_in_order)
     if cur_p50 > base_p50:
         p_value = p_slower
     elif cur_p50 < base_p50:
         p_value = p_faster
     else:
         p_value = min(p_slower, p_faster)
+    moved = log_change(base_p50, cur_p50)
+    kind = decide(p_slower=p_slower, p_faster=p_faster, level=alpha, low=moved, high=moved,
+                  threshold=threshold)
+    return kind, change, p_value
 
-    if cur_p50 > base_p50 * (1 + threshold) and p_slower < alpha:
-        return "regression", change, p_value
-    if base_p50 > cur_p50 * (1 + threshold) and p_faster < alpha:
-        return "improvement", change, p_value
-    return "unchanged", change, p_value
+
+def one_sided_p_values(baseline_samples: Sequence[float], current_samples: Sequence[float]
+                       ) -> tuple[float, float]:
+    """(p that current is slower, p that it is faster): Mann-Whitney U on the batch medians of
+    each run's samples (in time order)."""
+    return _one_sided_p_values(sorted(batch_medians(list(baseline_samples))),
+                               sorted(batch_medians(list(current_samples))))
+
+
+def log_change(base: float, cur: float) -> float:
+    """log(cur / base), exactly antisymmetric; +-inf against a zero time, 0 for two."""
+    if base <= 0 or cur <= 0:
+        return 0.0 if base == cur else (math.inf if cur > base else -math.inf)
+    return math.log(cur) - math.log(base)
 
 
 def batch_medians(samples: Sequence[float], batches: int = BATCHES) -> list[float]:
