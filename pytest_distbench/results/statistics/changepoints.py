@@ -103,7 +103,8 @@ def _noise(logs: list[float]) -> float:
     """Run-to-run noise of the logs (an sd), 0 for a constant series: from the differences of
     neighbouring runs, which a step changes in one place only."""
     steps = [b - a for a, b in pairwise(logs)]
-    spread = MAD_TO_SD * median([abs(s - median(steps)) for s in steps]) / math.sqrt(2)
+    centre = median(steps)
+    spread = MAD_TO_SD * median([abs(s - centre) for s in steps]) / math.sqrt(2)
     if spread > 0:
         return spread
     # Over half the neighbours equal (a few repeated values): the mean absolute difference.
