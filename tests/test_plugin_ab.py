@@ -83,7 +83,7 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     assert max(len(ln) for ln in shown[:shown.index("") + 8]) <= 120, shown
     # One test, one point: the whole family-wise 1 % is its level, said under the table.
     legend = " ".join(result.stdout.str().split())
-    assert "family-wise 1 % over 1 tests (Bonferroni: each point at p < 0.01)" in legend
+    assert "family-wise 1 % over 1 test (Bonferroni: each point at p < 0.01)" in legend
     assert ("A/B against the live baseline (environment DISTBENCH_TEST_SLOW=0): 1 regression, "
             "0 improvements, 0 unchanged of 1 point(s); family-wise 1 %") in legend
     # The failed testcase says what failed, as properties.
@@ -97,7 +97,7 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     assert "## pytest-distbench A/B comparison" in text
     row = next(line for line in text.splitlines() if line.startswith("| test_work"))
     assert row.rstrip(" |").endswith("**regression**")
-    assert "family-wise 1 % over 1 tests" in text and "inconclusive = not shown" in text
+    assert "family-wise 1 % over 1 test " in text and "inconclusive = not shown" in text
 
 
 def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):

@@ -74,6 +74,7 @@ def family_clause(alpha: float, tests: int, levels: Sequence[float], unit: str =
     else:
         each = (f"each point at p < {alpha * 100:g} % / ({tests} x its test's points): "
                 f"{min(shown):.2g} to {max(shown):.2g}")
+    unit = unit.removesuffix("s") if tests == 1 else unit
     return f"family-wise {alpha * 100:g} % over {tests} {unit} (Bonferroni: {each})"
 
 
