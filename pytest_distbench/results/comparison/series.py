@@ -31,6 +31,11 @@ RECENT_RUNS = 7
 NEAR = 2
 
 
+def date_of(created: str | None) -> str:
+    """'2026-12-02 03:29' (a stored run's UTC time, to the minute), or 'unknown'."""
+    return created[:16].replace("T", " ") if created else "unknown"
+
+
 @dataclass(frozen=True)
 class Run:
     """One stored run, as the history keeps it."""
@@ -50,10 +55,7 @@ class Run:
 
     @property
     def date(self) -> str:
-        """'2026-12-02 03:29' (the file's UTC time, to the minute), or 'unknown'."""
-        if not self.created:
-            return "unknown"
-        return self.created[:16].replace("T", " ")
+        return date_of(self.created)
 
 
 @dataclass(frozen=True)
@@ -178,16 +180,24 @@ def _stretches(runs: Sequence[Run]) -> list[tuple[int, int]]:
 def _differences(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
     """'torch: 2.12.0 -> 2.13.0' per fingerprint field both runs recorded and that differs
     (an older run recorded only its torch: what it does not say is not a change)."""
-    return tuple(f"{key}: {_shown(before[key])} -> {_shown(after[key])}"
+    return tuple(f"{key}: {describe(before[key])} -> {describe(after[key])}"
                  for key in before if key in after and before[key] != after[key])
 
 
-def _shown(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A fingerprint field's value as the reports print it (the file's own text made safe)."""
     if value is None:
         return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):  # the file's own text (a GPU's name): shown safe
+        return printable(value, most=QUOTED) or '""'
     if isinstance(value, list):
-        return "[" + ", ".join(_shown(v) for v in value) + "]"
-    return printable(value, most=QUOTED)
+        return "[" + ", ".join(describe(v) for v in value) + "]" if value else "none"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}={describe(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -215,6 +225,6 @@ def read_history(document: dict[str, Any], label: str, threshold: float,
         return None
     series = series_of(document)
     runs = [run.get("created") for run in stored_runs(document)]
-    dates = [Run(0, created, None, None, {}).date for created in (runs[0], runs[-1])]
+    dates = [date_of(created) for created in (runs[0], runs[-1])]
     names = {bid: str(rec.get("name") or bid) for bid, rec in records(document).items()}
     return History(label, len(runs), dates[0], dates[1], series, names, threshold, recent)

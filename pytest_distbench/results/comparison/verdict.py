@@ -18,7 +18,6 @@ from ..document.environment import FINGERPRINT_FIELDS, as_sorted_set
 from ..document.record import Record
 from ..document.schema import records
 from ..document.session_intervals import headline_interval
-from ..rendering.fit import QUOTED, printable
 from ..statistics.runs import MIN_RUNS, judge_history
 from ..statistics.stats import median
 from ..statistics.unpaired import (
@@ -28,7 +27,7 @@ from ..statistics.unpaired import (
     within_run_detectable,
 )
 from ..statistics.vocabulary import FAMILY_ALPHA, Kind, decide, point_level
-from .series import Series, series_of
+from .series import Series, describe, series_of
 
 DEFAULT_ALPHA = FAMILY_ALPHA  # family-wise: each point of a comparison gets its share
 METRICS = ("p50", "min", "mean", "p90", "p95", "p99")
@@ -338,7 +337,7 @@ def fingerprint_differences(baseline_env: dict[str, Any], current_env: dict[str,
         if key == "world_sizes":
             base, cur = as_sorted_set(base), as_sorted_set(cur)
         if base != cur:
-            lines.append(f"{key}: {_describe(base)} (baseline) vs {_describe(cur)} (current)")
+            lines.append(f"{key}: {describe(base)} (baseline) vs {describe(cur)} (current)")
     return lines
 
 
@@ -388,20 +387,6 @@ def timing_differences(base_records: dict[str, dict[str, Any]],
     return [f"timing: {b} (baseline) vs {c} (current) for {n} benchmark(s); the two measure "
             "different things (docs/gpu.md)" for (b, c), n in sorted(pairs.items())]
 
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):  # the file's own text (a GPU's name): shown safe
-        return printable(value, most=QUOTED) or '""'
-    if isinstance(value, list):
-        return "[" + ", ".join(_describe(v) for v in value) + "]" if value else "none"
-    if isinstance(value, dict):
-        inner = ", ".join(f"{k}={_describe(v)}" for k, v in value.items())
-        return "{" + inner + "}"
-    return str(value)
 
 
 def speed_difference(
