@@ -76,7 +76,7 @@ def history_of(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 def p50_runs(document: dict[str, Any]) -> list[dict[str, float]]:
     """Every stored run's p50 per id, oldest first, the file's own (latest) run last."""
-    return [run["p50_s"] for run in history_of(document)] + [run_summary(document)["p50_s"]]
+    return [run["p50_s"] for run in stored_runs(document)]
 
 
 def with_history(new: dict[str, Any], old: dict[str, Any] | None,
