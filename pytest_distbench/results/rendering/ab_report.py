@@ -12,6 +12,7 @@ from ..statistics import vocabulary
 from ..statistics.paired import DEFAULT_CONFIDENCE
 from ..statistics.stats import median
 from . import fit
+from .report import cell_text
 
 
 def _pct(fraction: float) -> str:
@@ -70,7 +71,7 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int
         v = o.verdict
         said = vocabulary.label(v.kind)
         rows.append([
-            _cell(o.name) if markdown else o.name,
+            cell_text(o.name, True) if markdown else o.name,
             size_cell(o.nbytes),
             f"{median(o.baseline_round_s) * 1e6:,.2f}",
             f"{median(o.candidate_round_s) * 1e6:,.2f}",
@@ -88,14 +89,11 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int
 
         table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
                          colalign=align)
-        return "\n".join([f"baseline: {_cell(baseline)}; candidate: this run as is", "", table,
-                          "", summary, ""]
+        return "\n".join([f"baseline: {cell_text(baseline, True)}; candidate: this run as is",
+                          "", table, "", summary, ""]
                          + [f"- _{term}_" for term in legend(outcomes, statistic, tests)]) + "\n"
     table = fit.table(rows, headers, colalign=align).replace(KEPT, " ")
     lines = [f"baseline: {baseline}; candidate: this run as is", table, "", summary,
              "; ".join(legend(outcomes, statistic, tests))]
     return fit.wrap_text("\n".join(lines)) + "\n"  # a terminal's 120 columns, the table's too
 
-
-def _cell(text: str) -> str:
-    return fit.printable(text).replace("\\", "\\\\").replace("|", "\\|")

@@ -66,7 +66,7 @@ def rule_line(comparison: Comparison) -> str:
 
 def rule_markdown(comparison: Comparison) -> list[str]:
     """rule_terms as a markdown list, a term a line."""
-    return [f"- _{_text(term, True)}_" for term in rule_terms(comparison)]
+    return [f"- _{cell_text(term, True)}_" for term in rule_terms(comparison)]
 
 
 def rule_terms(comparison: Comparison) -> list[str]:
@@ -131,8 +131,8 @@ def _render_pair(comparison: Comparison, fmt: str) -> str:
     markdown = fmt == "markdown"
     rows = [
         [
-            _text(v.name, markdown),
-            _text(v.family, markdown),
+            cell_text(v.name, markdown),
+            cell_text(v.family, markdown),
             size_cell(v.nbytes),
             _us(v.baseline_value),
             _us(v.current_value),
@@ -255,7 +255,7 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
             row = [first.name, first.family, size_cell(first.nbytes)]
             row.append(_raw_us(baseline_value(benchmark_id)))
         else:
-            row = [_text(first.name, markdown), _text(first.family, markdown),
+            row = [cell_text(first.name, markdown), cell_text(first.family, markdown),
                    size_cell(first.nbytes)]
             row.append(_us(baseline_value(benchmark_id)))
         for comparison in series:
@@ -277,7 +277,7 @@ def _render_series(series: list[Comparison], fmt: str) -> str:
     if markdown:
         lines = _markdown_warnings([(c.current_label, c.fingerprint_differences) for c in series])
         lines += [table, ""]
-        lines += [f"- {_text(c.current_label, True)}: {_markdown_summary(c)}" for c in series]
+        lines += [f"- {cell_text(c.current_label, True)}: {_markdown_summary(c)}" for c in series]
         lines += ["", *rule_markdown(series[0])]
     else:
         lines = [table, ""]
@@ -331,9 +331,9 @@ def _markdown_warnings(differences: list[tuple[str, Sequence[str]]]) -> list[str
     for label, diffs in differences:
         if not diffs:
             continue
-        what = f" ({_text(label, True)})" if label else ""
+        what = f" ({cell_text(label, True)})" if label else ""
         lines.append(f"> **Warning**: the runs come from different environments{what}:")
-        lines += [f"> - {_text(d, True)}" for d in diffs]
+        lines += [f"> - {cell_text(d, True)}" for d in diffs]
         lines.append("")
     return lines
 
@@ -360,8 +360,9 @@ def _detectable(v: Verdict) -> str:
     return f">={text}" if v.z is None else text
 
 
-def _text(value: Any, markdown: bool) -> str:
-    # No pipes that would split a markdown cell either.
+def cell_text(value: Any, markdown: bool) -> str:
+    """A value safe to print in a table's cell: no control characters, and in markdown no
+    pipe that would split the cell."""
     text = printable(value)
     if markdown:
         text = text.replace("\\", "\\\\").replace("|", "\\|")
