@@ -50,17 +50,17 @@ def parse_env(text: str) -> dict[str, str]:
     return env
 
 
-def parse_rounds(text: str | None) -> int:
+def parse_rounds(text: str | None, default: int | None = None, least: int = MIN_ROUNDS) -> int:
     from .harness.ab.mode import DEFAULT_ROUNDS
 
     if text is None:
-        return DEFAULT_ROUNDS
+        return DEFAULT_ROUNDS if default is None else default
     try:
         rounds = int(text)
     except ValueError:
         raise ValueError(f"invalid count {text!r}: expected an integer") from None
-    if rounds < MIN_ROUNDS:
-        raise ValueError(f"invalid count {text!r}: must be >= {MIN_ROUNDS}")
+    if rounds < least:
+        raise ValueError(f"invalid count {text!r}: must be >= {least}")
     return rounds
 
 
@@ -68,13 +68,16 @@ def parse_rounds(text: str | None) -> int:
 def pytest_configure(config: pytest.Config) -> None:
     options = of_session(config)
     env_text, python, rounds_text = options.baseline_env, options.baseline_python, options.rounds
+    extra_text = options.extra_rounds
     if options.append and not options.save:
         raise pytest.UsageError("--distbench-append: needs --distbench-save=NAME (the baseline "
                                 "to add this run to)")
     if env_text is None and python is None:
-        if rounds_text is not None:
-            raise pytest.UsageError("--distbench-rounds: only means something in A/B mode "
-                                    "(--distbench-baseline-env or --distbench-baseline-python)")
+        for name, text in (("rounds", rounds_text), ("extra-rounds", extra_text)):
+            if text is not None:
+                raise pytest.UsageError(f"--distbench-{name}: only means something in A/B mode "
+                                        "(--distbench-baseline-env or "
+                                        "--distbench-baseline-python)")
         return
     try:
         env = parse_env(env_text) if env_text is not None else {}
@@ -84,6 +87,10 @@ def pytest_configure(config: pytest.Config) -> None:
         rounds = parse_rounds(rounds_text)
     except ValueError as exc:
         raise pytest.UsageError(f"--distbench-rounds: {exc}") from None
+    try:
+        extra = parse_rounds(extra_text, default=rounds, least=0)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--distbench-extra-rounds: {exc}") from None
     if options.compare:
         raise pytest.UsageError("--distbench-compare: cannot be combined with A/B mode "
                                 "(--distbench-baseline-env/--distbench-baseline-python): one "
@@ -99,7 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
             facts = check_interpreter(python, env)
         except BaselinePythonError as exc:
             raise pytest.UsageError(f"--distbench-baseline-python: {exc}") from None
-    config.stash[AB_KEY] = ABMode(rounds=rounds, env_overrides=env, interpreter=facts)
+    config.stash[AB_KEY] = ABMode(rounds=rounds, extra_rounds=extra, env_overrides=env,
+                                  interpreter=facts)
     from .harness.ab.mode import RUN_BUDGET
 
     # Many short paired runs see more than a few long ones (docs/gating.md); a budget the
@@ -276,9 +284,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from .harness.ab.mode import RUN_BUDGET
 
     said = [f"distbench A/B: {mode.rounds} interleaved rounds (ABBA) per benchmark against a "
-             f"live baseline: {mode.description}",
-             f"distbench A/B: each round runs each variant once, for --distbench-budget of "
-             f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
+            f"live baseline: {mode.description}",
+            f"distbench A/B: each round runs each variant once, for --distbench-budget of "
+            f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
+    if mode.extra_rounds:
+        said.append(f"distbench A/B: {mode.extra_rounds} more rounds for a test whose rounds "
+                    "leave a regression open (--distbench-extra-rounds), each look at half "
+                    "the point's level")
     if of_run(config).bind == "auto":
         said.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
                     "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")
@@ -294,7 +306,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
     terminalreporter.section("distbench A/B comparison")
     terminalreporter.line(render_ab(mode.outcomes, mode.description, ROUND_STATISTIC,
-                                    mode.tests).rstrip("\n"))
+                                    mode.tests, extra_rounds=mode.extra_rounds).rstrip("\n"))
 
 
 def ab_markdown(config: pytest.Config) -> str | None:
@@ -307,7 +319,7 @@ def ab_markdown(config: pytest.Config) -> str | None:
     from .results.rendering.ab_report import render_ab
 
     return render_ab(mode.outcomes, mode.description, ROUND_STATISTIC, mode.tests,
-                     markdown=True)
+                     extra_rounds=mode.extra_rounds, markdown=True)
 
 
 def digest(config: pytest.Config) -> str | None:

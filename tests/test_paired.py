@@ -187,3 +187,41 @@ def test_bad_rounds_are_refused():
         paired.judge_paired([1.0, 0.0], [1.0, 1.0], 0.1)
     with pytest.raises(ValueError, match="threshold"):
         paired.judge_paired([1.0, 2.0], [1.0, 2.0], -0.1)
+
+
+@given(st.integers(min_value=2, max_value=60), st.integers(min_value=0, max_value=60),
+       st.floats(min_value=1e-8, max_value=0.5))
+def test_a_second_look_only_where_all_the_rounds_could_reach_its_half_level(rounds, extra,
+                                                                            level):
+    looks = paired.looks(rounds, extra, level)
+    # Two looks only with extra rounds, and only where all of them could show a change at half
+    # the level (the exact test's smallest p is 2^-n).
+    assert looks == (2 if extra > 0 and 0.5 ** (rounds + extra) < level / 2 else 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(round_pairs, thresholds)
+def test_open_to_regression_is_what_more_rounds_could_still_make_a_regression(pairs, threshold):
+    base, cand = split(pairs)
+    verdict = paired.judge_paired(base, cand, threshold)
+    is_open = paired.open_to_regression(verdict)
+    # Decided: a regression, or an interval wholly within 1 + threshold (unchanged, faster,
+    # improvement, or slower within the threshold): more rounds cannot make it a regression
+    # without moving the estimate past the bound. Open: the rest.
+    assert is_open == (verdict.kind != "regression" and verdict.ratio_high > 1 + threshold)
+    if verdict.kind in ("unchanged", "improvement"):
+        assert not is_open
+    if verdict.kind == "inconclusive" and verdict.ratio_high > 1 + threshold:
+        assert is_open
+
+
+def test_a_slowdown_its_first_rounds_leave_open_is_decided_by_more():
+    # 20 rounds of a 20 % slowdown with a noisy spread: slower, its interval reaching below
+    # 1.10 (open); 40 rounds of the same spread narrow the interval past the bound.
+    rng = np.random.default_rng(3)
+    ratios = np.exp(np.log(1.2) + rng.normal(0, 0.15, 40))
+    base = [1.0] * 40
+    first = paired.judge_paired(base[:20], list(ratios[:20]), 0.1, alpha=0.005)
+    both = paired.judge_paired(base, list(ratios), 0.1, alpha=0.005)
+    assert paired.open_to_regression(first), first
+    assert both.kind == "regression" and not paired.open_to_regression(both), both

@@ -81,15 +81,20 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     lines = result.stdout.lines
     shown = lines[next(i for i, ln in enumerate(lines) if "distbench A/B comparison" in ln):]
     assert max(len(ln) for ln in shown[:shown.index("") + 8]) <= 120, shown
-    # One test, one point: the whole family-wise 1 % is its level, said under the table.
+    # One test, one point: the whole family-wise 1 % is its level, split between the two looks
+    # (10 rounds, and 10 more had they left a regression open), said under the table.
     legend = " ".join(result.stdout.str().split())
-    assert "family-wise 1 % over 1 test (Bonferroni: each point at p < 0.01)" in legend
+    assert "family-wise 1 % over 1 test (Bonferroni: each point at p < 0.005)" in legend
+    assert ("a test whose first rounds left a regression open ran 10 more and was judged again "
+            "on all of them (its rounds column says so), each of the two looks at half the "
+            "point's level") in legend
     assert ("A/B against the live baseline (environment DISTBENCH_TEST_SLOW=0): 1 regression, "
             "0 improvements, 0 unchanged of 1 point(s); family-wise 1 %") in legend
     # The failed testcase says what failed, as properties.
     props = junit_properties(bench.path / "report.xml")["test_work[gloo-ws2]"]
+    # A 2x slowdown is shown beyond the threshold by the first 10 rounds: no more run.
     assert props["verdict"] == "regression" and props["rounds"] == "10"
-    assert float(props["level"]) == 0.01 and float(props["p"]) < 0.01
+    assert float(props["level"]) == 0.005 and float(props["p"]) < 0.005
     assert float(props["ratio_low"]) > 1.1 and float(props["ratio"]) <= float(props["ratio_high"])
     assert "detectable" in props
     # The markdown holds the A/B table, its verdict and legend.
@@ -103,24 +108,26 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
 def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):
     out = bench.path / "run.json"
     result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_MARK=base",
-                           "--distbench-rounds=6", f"--distbench-json={out}",
+                           "--distbench-rounds=4", f"--distbench-json={out}",
                            "--junitxml=report.xml")
     result.assert_outcomes(passed=1)
-    # Six rounds cannot show a change at 1 % (2^-6 > 0.01): unchanged, or inconclusive where a
-    # round's ratio reached past the threshold.
+    # Four rounds give no finite 95 % interval (the signed-rank test's smallest two-sided p is
+    # 2 x 2^-4): a regression is left open, so 4 more run (8 can reach 2^-8 < 0.01 / 2), and
+    # 8 rounds of an unchanged build read unchanged, or inconclusive where a round's ratio
+    # reached past the threshold.
     result.stdout.fnmatch_lines(["*test_work*[ui]n*", "*worlds started:*baseline*candidate*"])
     props = junit_properties(bench.path / "report.xml")["test_work[gloo-ws2]"]
-    assert props["verdict"] in ("unchanged", "inconclusive") and props["rounds"] == "6"
+    assert props["verdict"] in ("unchanged", "inconclusive") and props["rounds"] == "8"
     notes = notes_by_mark(bench)
     base_pids = {pid for pid, _ in notes["base"]}
     cand_pids = {pid for pid, _ in notes["-"]}
     assert len(base_pids) == 2 and len(cand_pids) == 2 and not base_pids & cand_pids
     record = json.loads(out.read_text())["benchmarks"][0]["distbench"]
     # The candidate's record: every round's samples, and the paired verdict beside them.
-    assert record["iterations"] == 6 * 10
-    assert record["ab"]["rounds"] == 6 and record["ab"]["verdict"] == props["verdict"]
-    assert record["ab"]["level"] == 0.01
-    assert len(record["ab"]["baseline_p50_s"]) == 6
+    assert record["iterations"] == 8 * 10
+    assert record["ab"]["rounds"] == 8 and record["ab"]["verdict"] == props["verdict"]
+    assert record["ab"]["level"] == 0.005  # each of the two looks at half the point's 0.01
+    assert len(record["ab"]["baseline_p50_s"]) == 8
     # The verdict's per-round statistic, each round's fastest iteration, is in the record.
     assert record["ab"]["round_statistic"] == "min"
     for side in ("baseline", "candidate"):
@@ -144,7 +151,7 @@ def test_baseline_python_runs_its_own_installation(bench, distbench_run, tmp_pat
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     result = distbench_run("--distbench", f"--distbench-baseline-python={wrapper}",
-                           "--distbench-rounds=4")
+                           "--distbench-rounds=4", "--distbench-extra-rounds=0")
     result.assert_outcomes(passed=1)
     # The header wraps at 120 columns: the path may go to the next line, whole.
     header = " ".join(result.stdout.str().split())
@@ -174,12 +181,19 @@ def broken_interpreter(tmp_path) -> str:
         (["--distbench-baseline-env=A=1", "--distbench-rounds=1"],
          "ERROR: --distbench-rounds: invalid count '1': must be >= 2"),
         (["--distbench-rounds=8"], "ERROR: --distbench-rounds: only means something in A/B*"),
+        (["--distbench-baseline-env=A=1", "--distbench-extra-rounds=-1"],
+         "ERROR: --distbench-extra-rounds: invalid count '-1': must be >= 0"),
+        (["--distbench-baseline-env=A=1", "--distbench-extra-rounds=some"],
+         "ERROR: --distbench-extra-rounds: invalid count 'some': expected an integer"),
+        (["--distbench-extra-rounds=0"],
+         "ERROR: --distbench-extra-rounds: only means something in A/B*"),
         (["--distbench-append"], "ERROR: --distbench-append: needs --distbench-save=NAME*"),
         (["--distbench-baseline-env=A=1", "--distbench-compare=x.json"],
          "ERROR: --distbench-compare: cannot be combined with A/B mode*"),
     ],
     ids=["missing-python", "broken-python", "bad-env", "rounds-1", "rounds-alone",
-         "append-alone", "ab-and-compare"],
+         "extra-rounds-negative", "extra-rounds-text", "extra-rounds-alone", "append-alone",
+         "ab-and-compare"],
 )
 def test_bad_ab_options_are_usage_errors_before_any_rank(bench, distbench_run, tmp_path,
                                                          args, message):

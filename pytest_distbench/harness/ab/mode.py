@@ -60,6 +60,8 @@ class ABOutcome:
 @dataclass
 class ABMode:
     rounds: int
+    # Rounds added once to a test whose first rounds left a regression open (paired.looks).
+    extra_rounds: int
     env_overrides: dict[str, str]
     interpreter: InterpreterFacts | None
     outcomes: list[ABOutcome] = field(default_factory=list)
@@ -105,27 +107,32 @@ class ABMode:
         task = prepare(item, settings)
         tasks = {CANDIDATE: task, BASELINE: self._baseline_task(task)}
         runs: dict[str, list[list[Point]]] = {BASELINE: [], CANDIDATE: []}
-        for r in range(self.rounds):
-            order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
-            for variant in order:
-                runs[variant].append(runner.run_item(
-                    item, settings, dataclasses.replace(key, variant=variant),
-                    task=tasks[variant]))
-        wall = time.perf_counter() - began
+
+        def run_rounds(rounds: range) -> None:
+            for r in rounds:
+                order = (BASELINE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, BASELINE)
+                for variant in order:
+                    runs[variant].append(runner.run_item(
+                        item, settings, dataclasses.replace(key, variant=variant),
+                        task=tasks[variant]))
+
+        run_rounds(range(self.rounds))
         count = len(runs[CANDIDATE][0])
+        level = vocabulary.point_level(self.tests, count)
+        looks = paired.looks(self.rounds, self.extra_rounds, level)
+        verdicts = self._verdicts(runs, settings.threshold, level / looks)
+        if looks == 2 and any(paired.open_to_regression(v) for v in verdicts):
+            # The first rounds left a regression open: as many again (ABBA goes on), and the
+            # test judged once more on all of them, each look at half the level.
+            run_rounds(range(self.rounds, self.rounds + self.extra_rounds))
+            verdicts = self._verdicts(runs, settings.threshold, level / looks)
+        wall = time.perf_counter() - began
         failures, merged, named = [], [], []
-        for i in range(count):
+        for i, verdict in enumerate(verdicts):
             base = [rnd[i].first.record for rnd in runs[BASELINE]]
             cand = [rnd[i].first.record for rnd in runs[CANDIDATE]]
             first = runs[CANDIDATE][0][i]
-            base_stat = [round_value(r["samples"]) for r in base]
-            cand_stat = [round_value(r["samples"]) for r in cand]
-            try:
-                verdict = paired.judge_paired(base_stat, cand_stat, settings.threshold,
-                                              alpha=vocabulary.point_level(self.tests, count))
-            except ValueError as exc:  # e.g. a time of 0: a clock too coarse for the body
-                pytest.fail(f"A/B: cannot compare {first.first.record['name']}: {exc}",
-                            pytrace=False)
+            base_stat, cand_stat = _round_values(runs, i)
             record = first.first.record
             outcome = ABOutcome(record["id"], record["name"], record["family"],
                                 record.get("nbytes"), [r["summary"]["p50"] for r in base],
@@ -147,6 +154,20 @@ class ABMode:
             pytest.fail("\n".join(failures), pytrace=False)
         return []
 
+    @staticmethod
+    def _verdicts(runs: dict[str, list[list[Point]]], threshold: float,
+                  level: float) -> list[paired.PairedVerdict]:
+        """Each point's paired verdict from every round so far, at `level`."""
+        verdicts = []
+        for i, first in enumerate(runs[CANDIDATE][0]):
+            base, cand = _round_values(runs, i)
+            try:
+                verdicts.append(paired.judge_paired(base, cand, threshold, alpha=level))
+            except ValueError as exc:  # e.g. a time of 0: a clock too coarse for the body
+                pytest.fail(f"A/B: cannot compare {first.first.record['name']}: {exc}",
+                            pytrace=False)
+        return verdicts
+
     def _baseline_task(self, task: Any) -> Any:
         if self.interpreter is None or self._server is None:
             return task
@@ -155,6 +176,12 @@ class ABMode:
         return dataclasses.replace(
             task, sys_path=tuple(self._server.rank_sys_path(list(task.sys_path)))
         )
+
+
+def _round_values(runs: dict[str, list[list[Point]]], i: int) -> tuple[list[float], ...]:
+    """The baseline's and the candidate's round values of the test's i-th point."""
+    return tuple([round_value(rnd[i].first.record["samples"]) for rnd in runs[side]]
+                 for side in (BASELINE, CANDIDATE))
 
 
 def round_value(samples: list[float]) -> float:

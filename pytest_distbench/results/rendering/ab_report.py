@@ -41,12 +41,17 @@ def counts_line(outcomes: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
-def legend(outcomes: Sequence[Any], statistic: str, tests: int) -> list[str]:
+def legend(outcomes: Sequence[Any], statistic: str, tests: int,
+           extra_rounds: int = 0) -> list[str]:
     """The vocabulary under the A/B table, a term a line: its test, its interval, its
-    family-wise level."""
+    family-wise level, and the second look where a test may get `extra_rounds`."""
     threshold = outcomes[0].verdict.threshold if outcomes else 0.0
     test = (f"a one-sided Wilcoxon signed-rank test on the per-round log {statistic} ratios "
             "(the table shows each side's median over the rounds)")
+    if extra_rounds:
+        test += (f"; a test whose first rounds left a regression open ran {extra_rounds} more "
+                 "and was judged again on all of them (its rounds column says so), each of the "
+                 "two looks at half the point's level")
     family = vocabulary.family_clause(vocabulary.FAMILY_ALPHA, tests,
                                       [o.verdict.level for o in outcomes])
     return [f"threshold {threshold * 100:g} %", *vocabulary.legend_terms(
@@ -61,9 +66,10 @@ def digest_line(outcomes: Sequence[Any], baseline: str) -> str:
 
 
 def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int = 1, *,
-              markdown: bool = False) -> str:
+              extra_rounds: int = 0, markdown: bool = False) -> str:
     """`statistic`: what stands for a round in the verdict (harness/ab/mode.py ROUND_STATISTIC);
-    `tests`: the session's distbench tests, sharing its family-wise rate."""
+    `tests`: the session's distbench tests, sharing its family-wise rate; `extra_rounds`: the
+    rounds a test left open to a regression gets (--distbench-extra-rounds)."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []
@@ -91,9 +97,10 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int
                          colalign=align)
         return "\n".join([f"baseline: {cell_text(baseline, True)}; candidate: this run as is",
                           "", table, "", summary, ""]
-                         + [f"- _{term}_" for term in legend(outcomes, statistic, tests)]) + "\n"
+                         + [f"- _{term}_" for term in legend(outcomes, statistic, tests,
+                                                             extra_rounds)]) + "\n"
     table = fit.table(rows, headers, colalign=align).replace(KEPT, " ")
     lines = [f"baseline: {baseline}; candidate: this run as is", table, "", summary,
-             "; ".join(legend(outcomes, statistic, tests))]
+             "; ".join(legend(outcomes, statistic, tests, extra_rounds))]
     return fit.wrap_text("\n".join(lines)) + "\n"  # a terminal's 120 columns, the table's too
 

@@ -63,6 +63,22 @@ class PairedVerdict:
         return self.detectable <= self.threshold
 
 
+def looks(rounds: int, extra_rounds: int, level: float) -> int:
+    """How many times a test's rounds are judged: twice where extra rounds are allowed and the
+    signed-rank test on all of them could reach half the level (its smallest p is 2^-n), else
+    once. Fixed before any round runs, so the level of each look is too (level / looks: by the
+    union bound the looks together keep the point's level)."""
+    if extra_rounds > 0 and 0.5 ** (rounds + extra_rounds) < level / 2:
+        return 2
+    return 1
+
+
+def open_to_regression(verdict: PairedVerdict) -> bool:
+    """Whether more rounds could still make this verdict a regression: not one, and its interval
+    reaching past the threshold (slower or inconclusive, not shown beyond it)."""
+    return verdict.kind != "regression" and verdict.ratio_high > 1 + verdict.threshold
+
+
 def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[float]:
     """log(candidate / baseline) per round; both sides must be positive and paired."""
     if len(baseline) != len(candidate):
