@@ -10,7 +10,13 @@ signed-rank p (slower) < level AND the Hodges-Lehmann 95 % interval's low bound 
 1 + threshold; "shown slower" = p (slower) < level, whatever the size (regressions included).
 
 - before: every point at level = alpha (0.01), on its own;
-- after: Bonferroni over the session: every point at level = alpha / points (0.01 / 67).
+- after: Bonferroni over the session: every point at level = alpha / points (0.01 / 67);
+- two looks: the plugin's default since the extra rounds (harness/ab/mode.py): the first R
+  rounds judged at half that level; a point they leave open to a regression (not one, its
+  interval reaching past the threshold: paired.open_to_regression) judged again on 2R rounds,
+  at the same half level. A trial recorded with fewer than 2R rounds (the plugin ran no more,
+  or the data predates the extra rounds) gets the missing ones as the rounds resampling makes
+  them (below), from its own session's trials; a trial's own lean is then not kept in them.
 
 The data: the A/A trials that `benchmarks/bench_ab.py --record` kept (one trial = one
 benchmark of R interleaved rounds, baseline and candidate the same code) and its live 20 %
@@ -79,17 +85,52 @@ def judge(pairs: Pairs, threshold: float, level: float, factor: float = 1.0) -> 
     return Judged(v.kind == "regression", v.ratio >= 1 and v.p_value < level)
 
 
+def judge_two_looks(pairs: Pairs, rounds: int, threshold: float, level: float,
+                    factor: float = 1.0) -> Judged:
+    """The first `rounds` rounds at level / 2; where they leave a regression open, all of the
+    point's rounds (2 x `rounds`) at level / 2 again."""
+    base, cand = (tuple(side[:rounds]) for side in pairs)
+    first = paired.judge_paired(base, tuple(c * factor for c in cand), threshold,
+                                alpha=level / 2)
+    if not paired.open_to_regression(first):
+        return Judged(first.kind == "regression", first.ratio >= 1 and first.p_value < level / 2)
+    return judge(pairs, threshold, level / 2, factor)
+
+
 def judge_levels(pairs: Pairs, threshold: float, levels: dict[str, float],
-                 factor: float = 1.0) -> dict[str, Judged]:
-    """The point's verdict at each level; a point not shown slower at a level is not at any
-    smaller one (p < a smaller level implies p < this one), so those are not recomputed."""
+                 factor: float = 1.0, rounds: int | None = None) -> dict[str, Judged]:
+    """The point's verdict at each level, on its first `rounds` rounds (all: None), and by the
+    two looks at the smallest level where `rounds` is given; a point not shown slower at a
+    level is not at any smaller one (p < a smaller level implies p < this one), so those are
+    not recomputed."""
+    first = pairs if rounds is None else (pairs[0][:rounds], pairs[1][:rounds])
     judged: dict[str, Judged] = {}
     last: Judged | None = None
     for name, level in sorted(levels.items(), key=lambda item: -item[1]):
         if last is None or last.slower:
-            last = judge(pairs, threshold, level, factor)
+            last = judge(first, threshold, level, factor)
         judged[name] = last
+    if rounds is not None:
+        judged[TWO_LOOKS] = judge_two_looks(pairs, rounds, threshold, min(levels.values()),
+                                            factor)
     return judged
+
+
+TWO_LOOKS = "two looks"
+
+
+def extended(pairs: Pairs, rounds: int, pool: Sequence[Pairs], rng: random.Random) -> Pairs:
+    """The trial with 2 x `rounds` round pairs: its recorded ones, each missing round i drawn
+    from round i mod `rounds` of a trial of `pool` (its session's) drawn at random: fresh
+    rounds of that session's noise, in their place in the ABBA order. Not from the trial's own
+    rounds: the trials extended are those whose first rounds leaned, and their own rounds
+    drawn again would carry that lean into the rounds meant to test it."""
+    base, cand = list(pairs[0]), list(pairs[1])
+    for i in range(len(base), 2 * rounds):
+        other = pool[rng.randrange(len(pool))]
+        base.append(other[0][i % rounds])
+        cand.append(other[1][i % rounds])
+    return tuple(base[:2 * rounds]), tuple(cand[:2 * rounds])
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -142,13 +183,13 @@ def load_sessions(path: Path) -> list[Session]:
 
 
 def pooled_points(session: Session, rounds: int, count: int, rng: random.Random) -> list[Pairs]:
-    """`count` points of `rounds` round pairs: round i of a point is round i of a trial of
-    `session` drawn at random, each round from its own draw."""
+    """`count` points of 2 x `rounds` round pairs: round i of a point is round i mod `rounds`
+    of a trial of `session` drawn at random, each round from its own draw."""
     points = []
     for _ in range(count):
-        drawn = [session.trials[rng.randrange(len(session.trials))] for _ in range(rounds)]
-        points.append((tuple(t[0][i] for i, t in enumerate(drawn)),
-                       tuple(t[1][i] for i, t in enumerate(drawn))))
+        drawn = [session.trials[rng.randrange(len(session.trials))] for _ in range(2 * rounds)]
+        points.append((tuple(t[0][i % rounds] for i, t in enumerate(drawn)),
+                       tuple(t[1][i % rounds] for i, t in enumerate(drawn))))
     return points
 
 
@@ -161,10 +202,10 @@ class Tally:
     caught: dict[tuple[str, float], int] = field(default_factory=dict)
     shown: dict[tuple[str, float], int] = field(default_factory=dict)
 
-    def add(self, levels: dict[str, float], unchanged: Sequence[dict[str, Judged]],
+    def add(self, names: Sequence[str], unchanged: Sequence[dict[str, Judged]],
             injected: dict[tuple[str, float], Judged]) -> None:
         self.sessions += 1
-        for name in levels:
+        for name in names:
             self.failed[name] = self.failed.get(name, 0) + any(j[name].regression
                                                                 for j in unchanged)
             self.slower[name] = self.slower.get(name, 0) + any(j[name].slower for j in unchanged)
@@ -173,34 +214,37 @@ class Tally:
             self.shown[key] = self.shown.get(key, 0) + j.slower
 
 
-def injected(pairs: Pairs, threshold: float, levels: dict[str, float]
+def injected(pairs: Pairs, threshold: float, levels: dict[str, float], rounds: int
              ) -> dict[tuple[str, float], Judged]:
     """The point's verdicts with each slowdown injected into its candidate's rounds."""
     return {(name, f): j for f in SLOWDOWNS
-            for name, j in judge_levels(pairs, threshold, levels, f).items()}
+            for name, j in judge_levels(pairs, threshold, levels, f, rounds).items()}
 
 
-def simulate_trials(trials: list[Pairs], args: argparse.Namespace, levels: dict[str, float],
-                    rng: random.Random) -> Tally:
-    """Sessions of recorded trials drawn with replacement (each trial judged once, cached)."""
-    plain = [judge_levels(t, args.threshold, levels) for t in trials]
-    slowed = [injected(t, args.threshold, levels) for t in trials]
+def simulate_trials(trials: list[Pairs], rounds: int, args: argparse.Namespace,
+                    levels: dict[str, float], rng: random.Random) -> Tally:
+    """Sessions of recorded trials (extended to 2 x `rounds`) drawn with replacement (each
+    trial judged once, cached)."""
+    plain = [judge_levels(t, args.threshold, levels, rounds=rounds) for t in trials]
+    slowed = [injected(t, args.threshold, levels, rounds) for t in trials]
     tally = Tally()
     for _ in range(args.sessions):
         drawn = [rng.randrange(len(trials)) for _ in range(args.points)]
         # The slowdown goes into the session's first point, in place of its A/A verdict.
-        tally.add(levels, [plain[i] for i in drawn], slowed[drawn[0]])
+        tally.add([*levels, TWO_LOOKS], [plain[i] for i in drawn], slowed[drawn[0]])
     return tally
 
 
 def simulate_rounds(aa: list[Session], rounds: int, args: argparse.Namespace,
                     levels: dict[str, float], rng: random.Random) -> Tally:
-    """Sessions of points made of one recorded session's round pairs."""
+    """Sessions of points made of one recorded session's round pairs (2 x `rounds` of them:
+    round i from a trial's round i mod `rounds`, which keeps its place in the ABBA order)."""
     tally = Tally()
     for _ in range(args.sessions):
         points = pooled_points(rng.choice(aa), rounds, args.points, rng)
-        unchanged = [judge_levels(p, args.threshold, levels) for p in points]
-        tally.add(levels, unchanged, injected(points[0], args.threshold, levels))
+        unchanged = [judge_levels(p, args.threshold, levels, rounds=rounds) for p in points]
+        tally.add([*levels, TWO_LOOKS], unchanged,
+                  injected(points[0], args.threshold, levels, rounds))
     return tally
 
 
@@ -229,66 +273,75 @@ def main() -> None:
     if not aa:
         raise SystemExit(f"--data {args.data}: no A/A session in it")
     trials = [t for s in aa for t in s.trials]
-    rounds = len(trials[0][0])
-    if any(len(t[0]) != rounds for t in trials):
-        raise SystemExit(f"--data {args.data}: the A/A trials have different round counts")
+    slow_sessions = [s for s in sessions if s.phase != "A/A"]
+    # The first look's rounds: the fewest a trial has (a session with extra rounds kept 2R
+    # where its first R left a regression open).
+    rounds = min(len(t[0]) for t in trials)
+    if rounds % 2 or any(len(t[0]) not in (rounds, 2 * rounds) for t in trials):
+        raise SystemExit(f"--data {args.data}: the A/A trials' round counts are not R (even) "
+                         "or 2R")
     levels = {"before": args.alpha, "after": args.alpha / args.points}
     print(f"$ python benchmarks/bench_session_errors.py {' '.join(sys.argv[1:])}".rstrip())
     say(f"data: {args.data.name}: {len(aa)} A/A sessions, {len(trials)} A/A trials of "
           f"{rounds} rounds; {len(slow)} live 20 % slowdown trials. Simulated sessions of "
           f"{args.points} points, {args.sessions} per resampling, seed {args.seed}; threshold "
           f"{100 * args.threshold:g} %; before: p < {args.alpha:g} per point, after: "
-          f"p < {args.alpha:g}/{args.points} = {levels['after']:.2g} per point.")
+          f"p < {args.alpha:g}/{args.points} = {levels['after']:.2g} per point; two looks: "
+          f"{rounds} rounds, and {rounds} more where they leave a regression open, each at "
+          f"p < {levels['after'] / 2:.2g}.")
     rng = random.Random(args.seed)
-    tallies = {"trials": simulate_trials(trials, args, levels, rng),
+    full = [extended(t, rounds, s.trials, rng) for s in aa for t in s.trials]
+    tallies = {"trials": simulate_trials(full, rounds, args, levels, rng),
                "rounds": simulate_rounds(aa, rounds, args, levels, rng)}
-    print_table(tallies, levels, slow, args)
-    print_data_bound(trials, levels, args)
-    print_live(aa, levels, args)
+    names = [*levels, TWO_LOOKS]
+    judged_slow = [judge_levels(extended(t, rounds, s.trials, rng), args.threshold, levels,
+                                rounds=rounds) for s in slow_sessions for t in s.trials]
+    print_table(tallies, names, judged_slow, args)
+    judged = [judge_levels(t, args.threshold, levels, rounds=rounds) for t in full]
+    print_data_bound(trials, judged, rounds, levels, args)
+    print_live(aa, judged, names)
     print(f"({time.perf_counter() - began:.0f} s)")
 
 
-def print_table(tallies: dict[str, Tally], levels: dict[str, float], slow: list[Pairs],
+def print_table(tallies: dict[str, Tally], names: list[str], slow: list[dict[str, Judged]],
                 args: argparse.Namespace) -> None:
-    heads = ["simulated sessions of the recorded A/A runs"]
-    for mode in tallies:
-        heads += [f"{name}, {mode} resampled" for name in levels]
-    rows = [["unchanged: sessions failed (any regression)",
-             *[rate(t.failed[n], t.sessions) for t in tallies.values() for n in levels]],
-            ["unchanged: sessions with any point shown slower",
-             *[rate(t.slower[n], t.sessions) for t in tallies.values() for n in levels]]]
-    for f in SLOWDOWNS:
-        for word, counts in (("caught (regression)", "caught"), ("shown slower", "shown")):
-            rows.append([f"{100 * (f - 1):.0f} % slowdown on one point: {word}",
-                         *[rate(getattr(t, counts)[(n, f)], t.sessions)
-                           for t in tallies.values() for n in levels]])
-    print()
-    print(fit.table(rows, heads, colalign=["left"] + ["right"] * (len(heads) - 1)))
+    for mode, t in tallies.items():  # a table per resampling: each fits 120 columns
+        heads = [f"simulated sessions, {mode} resampled", *names]
+        rows = [["unchanged: sessions failed (any regression)",
+                 *[rate(t.failed[n], t.sessions) for n in names]],
+                ["unchanged: sessions with any point shown slower",
+                 *[rate(t.slower[n], t.sessions) for n in names]]]
+        for f in SLOWDOWNS:
+            for word, counts in (("caught (regression)", "caught"), ("shown slower", "shown")):
+                rows.append([f"{100 * (f - 1):.0f} % slowdown on one point: {word}",
+                             *[rate(getattr(t, counts)[(n, f)], t.sessions) for n in names]])
+        print()
+        print(fit.table(rows, heads, colalign=["left"] + ["right"] * (len(heads) - 1)))
     if slow:
-        judged = {n: [judge(t, args.threshold, lv) for t in slow] for n, lv in levels.items()}
         print("\nlive 20 % slowdown trials (the candidate ran 12 calls against 10), as recorded:")
-        for n, js in judged.items():
-            say(f"  {n}: caught (regression) {rate(sum(j.regression for j in js), len(slow))} "
-                f"of {len(slow)}; shown slower {rate(sum(j.slower for j in js), len(slow))}")
+        for n in names:
+            js = [j[n] for j in slow]
+            say(f"  {n}: caught (regression) {rate(sum(j.regression for j in js), len(js))} "
+                f"of {len(js)}; shown slower {rate(sum(j.slower for j in js), len(js))}")
 
 
-def print_data_bound(trials: list[Pairs], levels: dict[str, float],
-                     args: argparse.Namespace) -> None:
+def print_data_bound(trials: list[Pairs], judged: list[dict[str, Judged]], rounds: int,
+                     levels: dict[str, float], args: argparse.Namespace) -> None:
     """What the recorded trials themselves allow: the per-point rate's interval, and the
     per-session rate it implies for independent points."""
     print(f"\nthe recorded A/A trials, each judged once ({len(trials)} trials):")
-    for n, lv in levels.items():
-        judged = [judge(t, args.threshold, lv) for t in trials]
-        k = sum(j.regression for j in judged)
+    for n in [*levels, TWO_LOOKS]:
+        k = sum(j[n].regression for j in judged)
         high = clopper_pearson(k, len(trials))[1]
         say(f"  {n}: regression on {rate(k, len(trials))} ({k} of {len(trials)}): a session "
               f"of {args.points} independent points fails at most "
               f"{100 * (1 - (1 - high) ** args.points):.1f} % of the time (95 %); shown slower "
-              f"on {rate(sum(j.slower for j in judged), len(trials))}")
-    ratios = [paired.judge_paired(b, c, args.threshold) for b, c in trials]
+              f"on {rate(sum(j[n].slower for j in judged), len(trials))}")
+    first = [(b[:rounds], c[:rounds]) for b, c in trials]
+    ratios = [paired.judge_paired(b, c, args.threshold) for b, c in first]
     for n, lv in levels.items():
         det = sorted(paired.judge_paired(b, c, args.threshold, alpha=lv).detectable
-                     for b, c in trials)
+                     for b, c in first)
         say(f"  {n}: detectable (smallest slowdown told from none with 95 % power at "
             f"p < {lv:.2g}) median {100 * det[len(det) // 2]:.1f} %, quartiles "
             f"{100 * det[len(det) // 4]:.1f} .. {100 * det[3 * len(det) // 4]:.1f} %")
@@ -297,24 +350,26 @@ def print_data_bound(trials: list[Pairs], levels: dict[str, float],
           f"{1 + args.threshold:.2f})")
 
 
-def print_live(aa: list[Session], levels: dict[str, float], args: argparse.Namespace) -> None:
+def print_live(aa: list[Session], judged: list[dict[str, Judged]], names: list[str]) -> None:
+    """`judged`: every A/A trial's verdicts, in the sessions' order."""
     print(f"\nlive A/A sessions, as recorded ({len(aa)}):")
-    rows, failed, slower = [], dict.fromkeys(levels, 0), dict.fromkeys(levels, 0)
+    rows, failed, slower = [], dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+    at = 0
     for s in aa:
         row = [s.started, len(s.trials), s.load]
-        for n, lv in levels.items():
-            judged = [judge(t, args.threshold, lv) for t in s.trials]
-            regressions = sum(j.regression for j in judged)
-            shown = sum(j.slower for j in judged)
+        mine, at = judged[at:at + len(s.trials)], at + len(s.trials)
+        for n in names:
+            regressions = sum(j[n].regression for j in mine)
+            shown = sum(j[n].slower for j in mine)
             failed[n] += regressions > 0
             slower[n] += shown > 0
             row += [regressions, shown]
         rows.append(row)
     heads = ["started (UTC)", "points", "load (1 min)"]
-    for n in levels:
+    for n in names:
         heads += [f"{n}: regressions", f"{n}: shown slower"]
     print(fit.table(rows, heads, colalign=["left"] + ["right"] * (len(heads) - 1)))
-    for n in levels:
+    for n in names:
         say(f"  {n}: {failed[n]} of {len(aa)} sessions failed (any regression); "
               f"{slower[n]} of {len(aa)} with a point shown slower")
 
