@@ -243,21 +243,51 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 LEVELS_OUTPUT = "distbench_gate_levels"
 
 
+# The count of tests an xdist worker's A/B mode shared the session's rate among: the
+# controller's A/B table states it (its outcomes come from the records the workers hand over).
+AB_TESTS_OUTPUT = "distbench_ab_tests"
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     gate = session.config.stash.get(GATE_KEY, None)
+    mode = session.config.stash.get(AB_KEY, None)
     output = getattr(session.config, "workeroutput", None)
-    if gate is not None and output is not None:
+    if output is None:
+        return
+    if gate is not None:
         output[LEVELS_OUTPUT] = {"tests": gate.tests, "levels": gate.levels}
+    if mode is not None:
+        output[AB_TESTS_OUTPUT] = mode.tests
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     gate = node.config.stash.get(GATE_KEY, None)
-    handed = getattr(node, "workeroutput", {}).get(LEVELS_OUTPUT)
+    mode = node.config.stash.get(AB_KEY, None)
+    output = getattr(node, "workeroutput", {})
+    handed = output.get(LEVELS_OUTPUT)
     if gate is not None and handed:
         gate.tests = max(gate.tests, int(handed["tests"]))
         gate.levels.update(handed["levels"])
+    if mode is not None and AB_TESTS_OUTPUT in output:
+        mode.tests = max(mode.tests, int(output[AB_TESTS_OUTPUT]))
+
+
+def ab_outcomes(config: pytest.Config) -> list[Any]:
+    """A/B mode's outcomes: the ones this process judged, or on an xdist controller (which
+    judges none) those of the records its workers handed over, in the tests' order."""
+    mode = config.stash.get(AB_KEY, None)
+    if mode is None:
+        return []
+    if mode.outcomes:
+        return mode.outcomes
+    from .harness.ab.mode import ABOutcome
+    from .harness.controller.session import SESSION_KEY
+
+    distbench = config.stash.get(SESSION_KEY, None)
+    records = distbench.records if distbench is not None else []
+    return [ABOutcome.of_record(r) for r in records if r.get("ab")]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -299,13 +329,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     mode = config.stash.get(AB_KEY, None)
-    if mode is None or not mode.outcomes:
+    outcomes = ab_outcomes(config)
+    if mode is None or not outcomes:
         return
     from .harness.ab.mode import ROUND_STATISTIC
     from .results.rendering.ab_report import render_ab
 
     terminalreporter.section("distbench A/B comparison")
-    terminalreporter.line(render_ab(mode.outcomes, mode.description, ROUND_STATISTIC,
+    terminalreporter.line(render_ab(outcomes, mode.description, ROUND_STATISTIC,
                                     mode.tests, extra_rounds=mode.extra_rounds).rstrip("\n"))
 
 
@@ -313,22 +344,24 @@ def ab_markdown(config: pytest.Config) -> str | None:
     """The A/B table, its verdicts and legend as markdown (--distbench-markdown); None outside
     A/B mode."""
     mode = config.stash.get(AB_KEY, None)
-    if mode is None or not mode.outcomes:
+    outcomes = ab_outcomes(config)
+    if mode is None or not outcomes:
         return None
     from .harness.ab.mode import ROUND_STATISTIC
     from .results.rendering.ab_report import render_ab
 
-    return render_ab(mode.outcomes, mode.description, ROUND_STATISTIC, mode.tests,
+    return render_ab(outcomes, mode.description, ROUND_STATISTIC, mode.tests,
                      extra_rounds=mode.extra_rounds, markdown=True)
 
 
 def digest(config: pytest.Config) -> str | None:
     """A/B mode's line in the session's digest (None outside A/B mode)."""
     mode = config.stash.get(AB_KEY, None)
-    if mode is not None and mode.outcomes:
+    outcomes = ab_outcomes(config)
+    if mode is not None and outcomes:
         from .results.rendering.ab_report import digest_line
 
-        return digest_line(mode.outcomes, mode.description)
+        return digest_line(outcomes, mode.description)
     return None
 
 

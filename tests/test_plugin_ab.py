@@ -85,8 +85,8 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     # (10 rounds, and 10 more had they left a regression open), said under the table.
     legend = " ".join(result.stdout.str().split())
     assert "family-wise 1 % over 1 test (Bonferroni: each point at p < 0.005)" in legend
-    assert ("a test whose first rounds left a regression open ran 10 more and was judged again "
-            "on all of them (its rounds column says so), each of the two looks at half the "
+    assert ("two looks = a test whose first rounds left a regression open ran 10 more and was "
+            "judged again on all of them (its rounds column says so), each look at half the "
             "point's level") in legend
     assert ("A/B against the live baseline (environment DISTBENCH_TEST_SLOW=0): 1 regression, "
             "0 improvements, 0 unchanged of 1 point(s); family-wise 1 %") in legend
@@ -103,6 +103,28 @@ def test_env_slowdown_of_the_candidate_fails_its_test(bench, distbench_run, monk
     row = next(line for line in text.splitlines() if line.startswith("| test_work"))
     assert row.rstrip(" |").endswith("**regression**")
     assert "family-wise 1 % over 1 test " in text and "inconclusive = not shown" in text
+
+
+def test_under_xdist_the_controller_shows_the_workers_ab_table(bench, distbench_run,
+                                                                  monkeypatch):
+    # The controller judges nothing itself: its table, digest and markdown are the workers'
+    # (it printed no A/B table at all).
+    monkeypatch.setenv("DISTBENCH_TEST_SLOW", "1")
+    summary = bench.path / "summary.md"
+    result = distbench_run("--distbench", "--distbench-baseline-env=DISTBENCH_TEST_SLOW=0",
+                           "--distbench-rounds=8", "--distbench-extra-rounds=0", "-n", "2",
+                           f"--distbench-markdown={summary}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*distbench A/B comparison*",
+                                 "*benchmark*baseline*candidate*ratio*p*detectable*rounds*",
+                                 "test_work*  8  regression"])
+    said = " ".join(result.stdout.str().split())
+    assert "family-wise 1 % over 1 test (Bonferroni: each point at p < 0.01)" in said
+    assert ("A/B against the live baseline (environment DISTBENCH_TEST_SLOW=0): 1 regression, "
+            "0 improvements, 0 unchanged of 1 point(s)") in said
+    row = next(line for line in summary.read_text().splitlines()
+               if line.startswith("| test_work"))
+    assert row.rstrip(" |").endswith("**regression**")
 
 
 def test_a_a_passes_and_the_variants_never_share_ranks(bench, distbench_run):

@@ -12,6 +12,7 @@ the machine did during that round.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,22 @@ class ABOutcome:
     # Each round's ROUND_STATISTIC, what the verdict compares.
     baseline_round_s: list[float]
     candidate_round_s: list[float]
+
+    @classmethod
+    def of_record(cls, record: Any) -> ABOutcome:
+        """The outcome a record's "ab" field keeps (an xdist worker's, on the controller)."""
+        ab = record["ab"]
+
+        def bound(value: float | None, missing: float) -> float:
+            return missing if value is None else value
+
+        verdict = paired.PairedVerdict(
+            ab["verdict"], ab["ratio"], bound(ab["ratio_low"], 0.0),
+            bound(ab["ratio_high"], math.inf), ab["p_value"], bound(ab["detectable"], math.inf),
+            ab["rounds"], ab["threshold"], ab["level"])
+        return cls(record["id"], record["name"], record["family"], record.get("nbytes"),
+                   ab["baseline_p50_s"], ab["candidate_p50_s"], verdict, ab["wall_s"],
+                   ab["baseline_round_s"], ab["candidate_round_s"])
 
 
 @dataclass

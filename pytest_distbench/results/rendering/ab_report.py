@@ -48,15 +48,16 @@ def legend(outcomes: Sequence[Any], statistic: str, tests: int,
     threshold = outcomes[0].verdict.threshold if outcomes else 0.0
     test = (f"a one-sided Wilcoxon signed-rank test on the per-round log {statistic} ratios "
             "(the table shows each side's median over the rounds)")
-    if extra_rounds:
-        test += (f"; a test whose first rounds left a regression open ran {extra_rounds} more "
-                 "and was judged again on all of them (its rounds column says so), each of the "
-                 "two looks at half the point's level")
     family = vocabulary.family_clause(vocabulary.FAMILY_ALPHA, tests,
                                       [o.verdict.level for o in outcomes])
-    return [f"threshold {threshold * 100:g} %", *vocabulary.legend_terms(
-        test, family, interval=f"the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval "
-        "(Hodges-Lehmann)")]
+    terms = vocabulary.legend_terms(test, family, interval=f"the ratio's "
+                                    f"{DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-Lehmann)")
+    if extra_rounds:
+        shown = next(i for i, term in enumerate(terms) if term.startswith("shown = "))
+        terms.insert(shown + 1, f"two looks = a test whose first rounds left a regression open "
+                     f"ran {extra_rounds} more and was judged again on all of them (its rounds "
+                     "column says so), each look at half the point's level")
+    return [f"threshold {threshold * 100:g} %", *terms]
 
 
 def digest_line(outcomes: Sequence[Any], baseline: str) -> str:
