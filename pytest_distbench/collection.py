@@ -19,12 +19,10 @@ from .harness.controller.outcome import (
     uses_rpc,
     uses_store,
 )
+from .harness.controller.records import REQUESTED_KEY
 
 # Re-exported for plugin.py.
 __all__ = ["BACKEND_ARG", "WORLD_SIZE_ARG", "is_distbench", "uses_rpc", "uses_store"]
-
-REQUESTED_KEY = pytest.StashKey[list[int]]()
-
 
 def _user_parametrizes(definition: Any, name: str) -> bool:
     for mark in definition.iter_markers("parametrize"):
@@ -101,12 +99,6 @@ def merge_equal_sizes(config: pytest.Config, items: list[pytest.Item]) -> str | 
     items[:] = [item for item in items if id(item) not in gone]
     return (f"distbench: {len(dropped)} test(s) deselected: their requested size moves the "
             "same bytes as another size of the same test (measured once; see the table notes)")
-
-
-def requested_sizes(item: pytest.Item) -> list[int] | None:
-    """The sizes a test stands for where they are not what it measured: several merged into
-    one, or one that the test turns into another (None: its own, as measured)."""
-    return item.stash.get(REQUESTED_KEY, None)
 
 
 def _merge_key(item: Any, effective: int) -> tuple[Any, ...]:

@@ -120,11 +120,6 @@ def after_test(item: pytest.Function, points: list[Point], resolved: Any,
     """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression, each
     judged on `view(points)`: their records with the interval the session knows so far
     (Session.view)."""
-    from .collection import requested_sizes
-
-    requested = requested_sizes(item)
-    for point in points:
-        point.requested_nbytes = requested or None
     shown = view(points)
     verdicts, failures = gating.judge(item, shown, resolved.threshold)
     report_figures(item, shown, verdicts)

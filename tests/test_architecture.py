@@ -275,3 +275,16 @@ def test_the_controller_and_ab_mode_stay_small():
     lines = sum(len(p.read_text().splitlines()) for folder in ("controller", "ab")
                 for p in (PACKAGE / "harness" / folder).glob("*.py"))
     assert lines <= 1532
+
+
+def test_a_points_facts_are_given_when_it_is_made():
+    """The sizes a test stands for, what it printed live and its noise's stratum are given to
+    the Point where records.py makes it: no file sets them afterwards (outputs.after_test set
+    requested_nbytes on every point after its test, a stop the walk of a local test no longer
+    makes: docs/architecture.md)."""
+    facts = {"requested_nbytes", "live_reports", "stratum"}
+    set_after = [f"{path}:{n.lineno}" for path, tree in PIPELINE.items() for n in ast.walk(tree)
+                 if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                 if isinstance(t, ast.Attribute) and t.attr in facts]
+    assert set_after == []

@@ -256,12 +256,15 @@ def test_a_rate_is_a_stratum_apart_from_the_p50_times_of_its_family():
     3.4x the ± it needed and the latency 0.66x."""
     from types import SimpleNamespace
 
-    from pytest_distbench.harness.controller.revisits import stratum_of
+    from pytest_distbench import registry
+    from pytest_distbench.results.document.session_intervals import stratum_of
 
     settings = SimpleNamespace(iterations=None, duration=None, budget=0.5)
     latency = {**_record(2e-4), "family": "p2p_latency", "backend": "gloo", "world_size": 2}
     bandwidth = {**latency, "family": "p2p_bandwidth",
                  "headline_statistic": "mean",
                  "figures": {"msgs_per_s": 8000.0, "rate_ci_pct": 3.0}}
-    assert stratum_of(latency, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms"
-    assert stratum_of(bandwidth, settings) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms, rates"
+    family = registry.family_of("p2p_latency")  # what records.py names it: "p2p"
+    assert stratum_of(latency, settings, family) == "p2p gloo ws2 0.5 s budget, 100 us-10 ms"
+    assert stratum_of(bandwidth, settings, family) == (
+        "p2p gloo ws2 0.5 s budget, 100 us-10 ms, rates")

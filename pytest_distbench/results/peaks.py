@@ -22,8 +22,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .. import registry
 from .document.record import OfPeak, Record
 from .sanity import MachineBounds
+
+# A record's share where no peak applies: its family's own table style prints its own figures
+# (only the nccl-tests style's legend names the peak).
+NOT_JUDGED = "not judged"
 
 OPTION = "--distbench-peak-busbw"
 # What a declared peak may be, in decimal GB/s: 1 MB/s (a slow link) to 100 TB/s (some 100
@@ -83,6 +88,16 @@ def parse_declared(text: str, backends: Sequence[str]) -> dict[str, float]:
     if not declared:
         raise ValueError("expected BACKEND:GB/s, e.g. nccl:370,gloo:8")
     return declared
+
+
+def share(record: Record, invalid: Sequence[str], declared: Mapping[str, float],
+          bounds: MachineBounds, gpus: Sequence[str], one_host: bool) -> OfPeak | None | str:
+    """A valid record's bandwidth as a share of its peak (peak_for, of_peak; `invalid`: the
+    sanity rules it broke), or NOT_JUDGED for a record that is invalid, incomplete or of a
+    family's own table style."""
+    if invalid or record.get("incomplete") or registry.table_style(record["family"]) is not None:
+        return NOT_JUDGED
+    return of_peak(record, peak_for(record, declared, bounds, gpus, one_host))
 
 
 def peak_for(record: Record, declared: Mapping[str, float], bounds: MachineBounds,

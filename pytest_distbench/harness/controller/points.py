@@ -20,8 +20,7 @@ from typing import Any
 from ...results.document.record import ABField, OfPeak, Record
 from ...results.document.session_intervals import Evidence, headline, with_interval
 from ...results.document.summary import summary_of
-
-NOT_JUDGED = "not judged"  # Run.of_peak of a record no peak applies to (a family's own table)
+from ...results.peaks import NOT_JUDGED
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Run:
 
     record: Record  # as records.py made it (its typed facts: timing, headline_statistic, ...)
     invalid: tuple[str, ...] = ()  # the physical sanity rules it broke (results/sanity.py)
-    of_peak: OfPeak | None | str = NOT_JUDGED  # its share of the peak (results/peaks.py)
+    of_peak: OfPeak | None | str = NOT_JUDGED  # its share of the peak (results/peaks.share)
     variant: str = ""  # A/B mode's "baseline" or "candidate"
 
     @property
@@ -48,6 +47,7 @@ class Point:
     first: Run
     live_reports: list[Any] | None = None  # what the test printed while it ran
     requested_nbytes: list[int] | None = None  # the sizes asked for, where merged
+    stratum: str = ""  # whose run-to-run noise its ± takes (session_intervals.stratum_of)
     revisits: list[Run] = field(default_factory=list)  # controller/revisits.py
     ab: ABField | None = None  # an A/B point: `first` is its candidate rounds merged
     lead: int = 0  # which run the record shows: the first, until the median is chosen

@@ -17,41 +17,41 @@ import pytest
 from ... import registry
 from ...registry import completed_figures
 from ...results import peaks, sanity
-from ...results.document.record import OfPeak, Pressure, Record
+from ...results.document.record import Pressure, Record
 from ...results.document.schema import RecordError, check_record
+from ...results.document.session_intervals import stratum_of
 from ...results.document.summary import summary_of
 from ...settings import Settings, of_session
 from ..environment.physical import gpu_names, machine_bounds, refined_bounds
 from ..wire import Measurement, PrecisionStop
-from .points import NOT_JUDGED, Point, Run
+from .points import Point, Run
+
+# The sizes a test stands for where they are not what it measured: several merged into one,
+# or one that the test turns into another (collection.merge_equal_sizes); absent: its own.
+REQUESTED_KEY = pytest.StashKey[list[int]]()
 
 
 def points_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measurement]],
                   settings: Settings, live_reports: dict[str | None, list[Any]],
                   one_host: bool) -> tuple[list[Point], str]:
     """One run's points, one per measure() call: its record merged from every rank, held to
-    the physical sanity rules, its share of the peak, what the test printed live; and the
-    text of the rules broken ("" if none)."""
+    the physical sanity rules, its share of the peak, what the test printed live, the sizes
+    it stands for; and the text of the rules broken ("" if none)."""
     records = build_records(item, key, per_rank, settings)
     invalid = [violations(record) for record in records]
     declared = of_session(item.config).peak_busbw or {}
-    points = [Point(record["id"], Run(record, broken, of_peak(declared, record, broken, one_host),
-                                      key.variant),
-                    live_reports=live_reports.get(measurement.name) or None)
-              for record, broken, measurement in zip(records, invalid, per_rank[0], strict=True)]
+    requested = item.stash.get(REQUESTED_KEY, None) or None
+    points = []
+    for record, broken, measurement in zip(records, invalid, per_rank[0], strict=True):
+        run = Run(record, broken, peaks.share(record, broken, declared, machine_bounds(),
+                                              gpu_names(), one_host), key.variant)
+        # Its stratum (the revisits pool its noise there): only a run with a figure has one.
+        family = registry.family_of(record["family"]) or record["family"]
+        points.append(Point(record["id"], run,
+                            live_reports=live_reports.get(measurement.name) or None,
+                            requested_nbytes=requested, stratum="" if run.figure is None
+                            else stratum_of(record, settings, family)))
     return points, invalid_text(records, invalid)
-
-
-def of_peak(declared: dict[str, float], record: Record, invalid: tuple[str, ...],
-            one_host: bool) -> OfPeak | None | str:
-    """A valid record's bandwidth as a share of its peak (results/peaks.py): the declared
-    one, else measured here, else published for its GPU (`one_host`: worlds on one host
-    only). Only records of nccl-tests style tables, whose legend names the peak (a family's
-    own style shows its own figures): NOT_JUDGED for every other."""
-    if invalid or record.get("incomplete") or registry.table_style(record["family"]) is not None:
-        return NOT_JUDGED
-    peak = peaks.peak_for(record, declared, machine_bounds(), gpu_names(), one_host)
-    return peaks.of_peak(record, peak)
 
 
 def violations(record: Record) -> tuple[str, ...]:

@@ -2,13 +2,14 @@
 own run-to-run noise and every figure's ± carries it (results/statistics/noise.py).
 
 A record's stratum is its family, backend, world size, run length (a count, a duration or a
-budget) and time scale (noise.time_class): the noise of one stratum is pooled over the runs
-of its revisited points, less those whose runs are their own story (a flip, a stall:
-noise.own_spread_points). Right after a point, the latest point of its stratum measured at
-least REVISIT_GAP_S ago is run again, at most once per REVISIT_GAP_S and `per_group` times
-per stratum (--distbench-revisits, 5 by default); a stratum the session left short gets its
-revisits at the end of the test loop, cheapest first, unless the session was interrupted or
-stopped early. Points whose tables print no ± (registry.prints_interval) are never revisited.
+budget) and time scale (session_intervals.stratum_of; its point carries it): the noise of one
+stratum is pooled over the runs of its revisited points, less those whose runs are their own
+story (a flip, a stall: noise.own_spread_points). Right after a point, the latest point of its
+stratum measured at least REVISIT_GAP_S ago is run again, at most once per REVISIT_GAP_S and
+`per_group` times per stratum (--distbench-revisits, 5 by default); a stratum the session left
+short gets its revisits at the end of the test loop, cheapest first, unless the session was
+interrupted or stopped early. Points whose tables print no ± (registry.prints_interval) are
+never revisited.
 A revisit is not a test: its records only feed the noise and the point's headline (the run
 nearest the median of its runs), and a revisit that fails is dropped. A precision-targeted
 point stops once more samples cannot narrow its printed interval much
@@ -26,24 +27,16 @@ from typing import Any
 import pytest
 
 from ... import registry
-from ...results.document.record import Record
 from ...results.document.session_intervals import (
     NOT_REVISITED,
     REVISITS_OFF,
     SESSION,
     SO_FAR,
     Evidence,
-    is_rate,
     rounds_evidence,
 )
 from ...results.rendering.fit import wrap
-from ...results.statistics.noise import (
-    RunNoise,
-    sampling_target,
-    stopped_by_noise,
-    stratum_noise,
-    time_class,
-)
+from ...results.statistics.noise import RunNoise, sampling_target, stopped_by_noise, stratum_noise
 from ...settings import Settings
 from ..wire import WorldKey
 from .points import Point
@@ -77,7 +70,6 @@ class Revisits:
         self.per_group = per_group
         self.visits: dict[str, list[Visit]] = {}  # stratum -> the tests counted there
         self._points: dict[str, dict[str, Point]] = {}  # stratum -> record id -> point
-        self._stratum_of: dict[str, str] = {}  # record id -> its stratum
         self._strata_of_test: dict[tuple[str, str], set[str]] = {}
         self._noise: dict[str, RunNoise | None] = {}  # stratum -> its pooled noise (cache)
         self._last_revisit: dict[str, float] = {}
@@ -113,17 +105,16 @@ class Revisits:
                     and registry.prints_interval(p.first.record["family"])]
         if not measured:
             return
-        strata = {p.id: stratum_of(p.first.record, settings) for p in measured}
-        self._strata_of_test.setdefault(_test_key(item), set()).update(strata.values())
-        stratum = strata[measured[0].id]
+        self._strata_of_test.setdefault(_test_key(item), set()).update(
+            p.stratum for p in measured)
+        stratum = measured[0].stratum
         visit = Visit(item, settings, task, key, fresh_world_after, stratum, time.monotonic(),
                       seconds, {p.id: p for p in measured})
         self._pending = self._due(stratum)
         self.visits.setdefault(stratum, []).append(visit)
         for point in measured:
-            self._stratum_of[point.id] = strata[point.id]
-            self._points.setdefault(strata[point.id], {})[point.id] = point
-            self._noise.pop(strata[point.id], None)
+            self._points.setdefault(point.stratum, {})[point.id] = point
+            self._noise.pop(point.stratum, None)
 
     def revisit_due(self, runner: Runner) -> None:
         """Run the revisit the last test noted was due, if any (runs.Once, after the test)."""
@@ -159,7 +150,7 @@ class Revisits:
         for new in again or ():
             if new.first.figure is not None and new.id in visit.points:
                 visit.points[new.id].revisits.append(new.first)
-                self._noise.pop(self._stratum_of[new.id], None)
+                self._noise.pop(visit.points[new.id].stratum, None)
 
     # -- the interval -------------------------------------------------------------------------
 
@@ -178,10 +169,9 @@ class Revisits:
         basis = SESSION if final else SO_FAR
         if not self.per_group:
             return Evidence(basis, noise_missing=REVISITS_OFF)
-        stratum = self._stratum_of.get(point.id)
-        if stratum is None or self._points[stratum].get(point.id) is not point:
+        if self._points.get(point.stratum, {}).get(point.id) is not point:
             return Evidence(basis, noise_missing=NOT_REVISITED)
-        return Evidence(basis, self.noise(stratum), stratum, point.other_figures(),
+        return Evidence(basis, self.noise(point.stratum), point.stratum, point.other_figures(),
                         NOT_REVISITED)
 
     # -- the end of the test loop -------------------------------------------------------------
@@ -204,23 +194,6 @@ class Revisits:
                 f"distbench: {self.runs} revisit(s) (earlier points run again to measure the "
                 f"run-to-run noise every ± carries) took {self.seconds:.1f} s; "
                 "--distbench-revisits=N sets how many per stratum"))
-
-
-def stratum_of(record: Record, settings: Any) -> str:
-    """'collectives gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
-    run-to-run noise. A rate over the whole timed region (p2p bandwidth) is a stratum apart
-    from the p50 times of its family: pooled with p2p latency's, its ± was 3.4x what its runs
-    needed and the latency's 0.66x (benchmarks/bench_coverage.py, docs/user-guide.md)."""
-    family = registry.family_of(record["family"]) or record["family"]
-    if getattr(settings, "iterations", None):
-        length = f"{settings.iterations} iterations"
-    elif getattr(settings, "duration", None):
-        length = f"{settings.duration:g} s duration"
-    else:
-        length = f"{settings.budget:g} s budget"
-    scale = time_class(record["summary"]["p50"])
-    kind = ", rates" if is_rate(record) else ""
-    return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}{kind}"
 
 
 def _affordable(visits: Sequence[Visit]) -> list[Visit]:

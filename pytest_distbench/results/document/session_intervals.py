@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..statistics.interval import LEVEL, half_width_pct
-from ..statistics.noise import RunNoise, pooled_run_noise, regimes, session_interval
+from ..statistics.noise import RunNoise, pooled_run_noise, regimes, session_interval, time_class
 from .record import ABField, P50Interval, RateInterval, Record
 
 # p50_ci.basis: which interval the record holds.
@@ -59,6 +60,24 @@ def is_rate(record: Record) -> bool:
     too, but prints its p50)."""
     return (record.get("headline_statistic") == "mean"
             and "rate_ci_pct" in (record.get("figures") or {}))
+
+
+def stratum_of(record: Record, settings: Any, family: str) -> str:
+    """'collectives gloo ws8 0.5 s budget, 100 us-10 ms': the records whose runs share one
+    run-to-run noise (Evidence.stratum; `settings`: the run's, for its length; `family`: the
+    name of the family that measures it, registry.family_of). A rate over the whole timed
+    region (p2p bandwidth) is a stratum apart from the p50 times of its family: pooled with
+    p2p latency's, its ± was 3.4x what its runs needed and the latency's 0.66x
+    (benchmarks/bench_coverage.py, docs/user-guide.md)."""
+    kind = ", rates" if is_rate(record) else ""
+    if getattr(settings, "iterations", None):
+        length = f"{settings.iterations} iterations"
+    elif getattr(settings, "duration", None):
+        length = f"{settings.duration:g} s duration"
+    else:
+        length = f"{settings.budget:g} s budget"
+    scale = time_class(record["summary"]["p50"])
+    return f"{family} {record['backend']} ws{record['world_size']} {length}, {scale}{kind}"
 
 
 def headline(record: Record) -> float | None:
