@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .settings import RUN_DEFAULTS, of_run, of_session
+from .settings import BY_NAME, RUN_DEFAULTS, choose, of_run, of_session
 
 if TYPE_CHECKING:
     from .harness.controller.session import Session
@@ -72,6 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.append and not options.save:
         raise pytest.UsageError("--distbench-append: needs --distbench-save=NAME (the baseline "
                                 "to add this run to)")
+    # On the command line it asks for this run (an ini's value is a project's standing one).
+    if not options.append and choose(config, BY_NAME["keep_runs"])[1] == "option":
+        raise pytest.UsageError("--distbench-keep-runs: only means something with "
+                                "--distbench-append (the history it keeps)")
     if env_text is None and python is None:
         for name, text in (("rounds", rounds_text), ("extra-rounds", extra_text)):
             if text is not None:

@@ -210,12 +210,14 @@ def broken_interpreter(tmp_path) -> str:
         (["--distbench-extra-rounds=0"],
          "ERROR: --distbench-extra-rounds: only means something in A/B*"),
         (["--distbench-append"], "ERROR: --distbench-append: needs --distbench-save=NAME*"),
+        (["--distbench-save=x", "--distbench-keep-runs=5"],
+         "ERROR: --distbench-keep-runs: only means something with --distbench-append*"),
         (["--distbench-baseline-env=A=1", "--distbench-compare=x.json"],
          "ERROR: --distbench-compare: cannot be combined with A/B mode*"),
     ],
     ids=["missing-python", "broken-python", "bad-env", "rounds-1", "rounds-alone",
          "extra-rounds-negative", "extra-rounds-text", "extra-rounds-alone", "append-alone",
-         "ab-and-compare"],
+         "keep-runs-alone", "ab-and-compare"],
 )
 def test_bad_ab_options_are_usage_errors_before_any_rank(bench, distbench_run, tmp_path,
                                                          args, message):
