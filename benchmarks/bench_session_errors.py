@@ -11,12 +11,13 @@ signed-rank p (slower) < level AND the Hodges-Lehmann 95 % interval's low bound 
 
 - before: every point at level = alpha (0.01), on its own;
 - after: Bonferroni over the session: every point at level = alpha / points (0.01 / 67);
-- two looks: the plugin's default since the extra rounds (harness/ab/mode.py): the first R
-  rounds judged at half that level; a point they leave open to a regression (not one, its
-  interval reaching past the threshold: paired.open_to_regression) judged again on 2R rounds,
-  at the same half level. A trial recorded with fewer than 2R rounds (the plugin ran no more,
-  or the data predates the extra rounds) gets the missing ones as the rounds resampling makes
-  them (below), from its own session's trials; a trial's own lean is then not kept in them.
+- looks: the plugin's default since the extra rounds (harness/ab/mode.py, paired.look_rounds):
+  the first R rounds judged at a third of that level; a point they leave open to a regression
+  (not one, its interval reaching past the threshold: paired.open_to_regression) judged again
+  on 2R rounds, and where still open on 3R, each look at the same third. A trial recorded with
+  fewer than 3R rounds (the plugin ran no more, or the data predates the extra rounds) gets
+  the missing ones as the rounds resampling makes them (below), from its own session's
+  trials; a trial's own lean is then not kept in them.
 
 The data: the A/A trials that `benchmarks/bench_ab.py --record` kept (one trial = one
 benchmark of R interleaved rounds, baseline and candidate the same code) and its live 20 %
@@ -85,22 +86,25 @@ def judge(pairs: Pairs, threshold: float, level: float, factor: float = 1.0) -> 
     return Judged(v.kind == "regression", v.ratio >= 1 and v.p_value < level)
 
 
-def judge_two_looks(pairs: Pairs, rounds: int, threshold: float, level: float,
-                    factor: float = 1.0) -> Judged:
-    """The first `rounds` rounds at level / 2; where they leave a regression open, all of the
-    point's rounds (2 x `rounds`) at level / 2 again."""
-    base, cand = (tuple(side[:rounds]) for side in pairs)
-    first = paired.judge_paired(base, tuple(c * factor for c in cand), threshold,
-                                alpha=level / 2)
-    if not paired.open_to_regression(first):
-        return Judged(first.kind == "regression", first.ratio >= 1 and first.p_value < level / 2)
-    return judge(pairs, threshold, level / 2, factor)
+def judge_looks(pairs: Pairs, rounds: int, threshold: float, level: float,
+                factor: float = 1.0) -> Judged:
+    """As the plugin judges with its extra rounds: the first `rounds` rounds, then `rounds`
+    more at a time while a regression is left open, up to all of the point's rounds, each look
+    at the level divided among the looks."""
+    plan = paired.look_rounds(rounds, len(pairs[0]) - rounds, level)
+    share = level / len(plan)
+    for n in plan:
+        v = paired.judge_paired(pairs[0][:n], tuple(c * factor for c in pairs[1][:n]),
+                                threshold, alpha=share)
+        if not paired.open_to_regression(v):
+            break
+    return Judged(v.kind == "regression", v.ratio >= 1 and v.p_value < share)
 
 
 def judge_levels(pairs: Pairs, threshold: float, levels: dict[str, float],
                  factor: float = 1.0, rounds: int | None = None) -> dict[str, Judged]:
     """The point's verdict at each level, on its first `rounds` rounds (all: None), and by the
-    two looks at the smallest level where `rounds` is given; a point not shown slower at a
+    looks at the smallest level where `rounds` is given; a point not shown slower at a
     level is not at any smaller one (p < a smaller level implies p < this one), so those are
     not recomputed."""
     first = pairs if rounds is None else (pairs[0][:rounds], pairs[1][:rounds])
@@ -111,26 +115,26 @@ def judge_levels(pairs: Pairs, threshold: float, levels: dict[str, float],
             last = judge(first, threshold, level, factor)
         judged[name] = last
     if rounds is not None:
-        judged[TWO_LOOKS] = judge_two_looks(pairs, rounds, threshold, min(levels.values()),
-                                            factor)
+        judged[LOOKS] = judge_looks(pairs, rounds, threshold, min(levels.values()), factor)
     return judged
 
 
-TWO_LOOKS = "two looks"
+LOOKS = "looks"
+EXTENDED = 3  # a point's rounds at most, in first looks' rounds: the plugin's default
 
 
 def extended(pairs: Pairs, rounds: int, pool: Sequence[Pairs], rng: random.Random) -> Pairs:
-    """The trial with 2 x `rounds` round pairs: its recorded ones, each missing round i drawn
-    from round i mod `rounds` of a trial of `pool` (its session's) drawn at random: fresh
+    """The trial with EXTENDED x `rounds` round pairs: its recorded ones, each missing round i
+    drawn from round i mod `rounds` of a trial of `pool` (its session's) drawn at random: fresh
     rounds of that session's noise, in their place in the ABBA order. Not from the trial's own
     rounds: the trials extended are those whose first rounds leaned, and their own rounds
     drawn again would carry that lean into the rounds meant to test it."""
     base, cand = list(pairs[0]), list(pairs[1])
-    for i in range(len(base), 2 * rounds):
+    for i in range(len(base), EXTENDED * rounds):
         other = pool[rng.randrange(len(pool))]
         base.append(other[0][i % rounds])
         cand.append(other[1][i % rounds])
-    return tuple(base[:2 * rounds]), tuple(cand[:2 * rounds])
+    return tuple(base[:EXTENDED * rounds]), tuple(cand[:EXTENDED * rounds])
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -183,11 +187,12 @@ def load_sessions(path: Path) -> list[Session]:
 
 
 def pooled_points(session: Session, rounds: int, count: int, rng: random.Random) -> list[Pairs]:
-    """`count` points of 2 x `rounds` round pairs: round i of a point is round i mod `rounds`
+    """`count` points of EXTENDED x `rounds` round pairs: round i of a point is round i mod `rounds`
     of a trial of `session` drawn at random, each round from its own draw."""
     points = []
     for _ in range(count):
-        drawn = [session.trials[rng.randrange(len(session.trials))] for _ in range(2 * rounds)]
+        drawn = [session.trials[rng.randrange(len(session.trials))]
+                 for _ in range(EXTENDED * rounds)]
         points.append((tuple(t[0][i % rounds] for i, t in enumerate(drawn)),
                        tuple(t[1][i % rounds] for i, t in enumerate(drawn))))
     return points
@@ -223,7 +228,7 @@ def injected(pairs: Pairs, threshold: float, levels: dict[str, float], rounds: i
 
 def simulate_trials(trials: list[Pairs], rounds: int, args: argparse.Namespace,
                     levels: dict[str, float], rng: random.Random) -> Tally:
-    """Sessions of recorded trials (extended to 2 x `rounds`) drawn with replacement (each
+    """Sessions of recorded trials (extended to EXTENDED x `rounds`) drawn with replacement (each
     trial judged once, cached)."""
     plain = [judge_levels(t, args.threshold, levels, rounds=rounds) for t in trials]
     slowed = [injected(t, args.threshold, levels, rounds) for t in trials]
@@ -231,19 +236,19 @@ def simulate_trials(trials: list[Pairs], rounds: int, args: argparse.Namespace,
     for _ in range(args.sessions):
         drawn = [rng.randrange(len(trials)) for _ in range(args.points)]
         # The slowdown goes into the session's first point, in place of its A/A verdict.
-        tally.add([*levels, TWO_LOOKS], [plain[i] for i in drawn], slowed[drawn[0]])
+        tally.add([*levels, LOOKS], [plain[i] for i in drawn], slowed[drawn[0]])
     return tally
 
 
 def simulate_rounds(aa: list[Session], rounds: int, args: argparse.Namespace,
                     levels: dict[str, float], rng: random.Random) -> Tally:
-    """Sessions of points made of one recorded session's round pairs (2 x `rounds` of them:
+    """Sessions of points made of one recorded session's round pairs (EXTENDED x `rounds` of them:
     round i from a trial's round i mod `rounds`, which keeps its place in the ABBA order)."""
     tally = Tally()
     for _ in range(args.sessions):
         points = pooled_points(rng.choice(aa), rounds, args.points, rng)
         unchanged = [judge_levels(p, args.threshold, levels, rounds=rounds) for p in points]
-        tally.add([*levels, TWO_LOOKS], unchanged,
+        tally.add([*levels, LOOKS], unchanged,
                   injected(points[0], args.threshold, levels, rounds))
     return tally
 
@@ -274,26 +279,26 @@ def main() -> None:
         raise SystemExit(f"--data {args.data}: no A/A session in it")
     trials = [t for s in aa for t in s.trials]
     slow_sessions = [s for s in sessions if s.phase != "A/A"]
-    # The first look's rounds: the fewest a trial has (a session with extra rounds kept 2R
+    # The first look's rounds: the fewest a trial has (a session with extra rounds kept 2R or 3R
     # where its first R left a regression open).
     rounds = min(len(t[0]) for t in trials)
-    if rounds % 2 or any(len(t[0]) not in (rounds, 2 * rounds) for t in trials):
+    if rounds % 2 or any(len(t[0]) not in (rounds, 2 * rounds, 3 * rounds) for t in trials):
         raise SystemExit(f"--data {args.data}: the A/A trials' round counts are not R (even) "
-                         "or 2R")
+                         "2R or 3R")
     levels = {"before": args.alpha, "after": args.alpha / args.points}
     print(f"$ python benchmarks/bench_session_errors.py {' '.join(sys.argv[1:])}".rstrip())
     say(f"data: {args.data.name}: {len(aa)} A/A sessions, {len(trials)} A/A trials of "
           f"{rounds} rounds; {len(slow)} live 20 % slowdown trials. Simulated sessions of "
           f"{args.points} points, {args.sessions} per resampling, seed {args.seed}; threshold "
           f"{100 * args.threshold:g} %; before: p < {args.alpha:g} per point, after: "
-          f"p < {args.alpha:g}/{args.points} = {levels['after']:.2g} per point; two looks: "
-          f"{rounds} rounds, and {rounds} more where they leave a regression open, each at "
-          f"p < {levels['after'] / 2:.2g}.")
+          f"p < {args.alpha:g}/{args.points} = {levels['after']:.2g} per point; looks: "
+          f"{rounds} rounds, then {rounds} more at a time while they leave a regression open, "
+          f"up to {EXTENDED * rounds}, each look at p < {levels['after'] / EXTENDED:.2g}.")
     rng = random.Random(args.seed)
     full = [extended(t, rounds, s.trials, rng) for s in aa for t in s.trials]
     tallies = {"trials": simulate_trials(full, rounds, args, levels, rng),
                "rounds": simulate_rounds(aa, rounds, args, levels, rng)}
-    names = [*levels, TWO_LOOKS]
+    names = [*levels, LOOKS]
     judged_slow = [judge_levels(extended(t, rounds, s.trials, rng), args.threshold, levels,
                                 rounds=rounds) for s in slow_sessions for t in s.trials]
     print_table(tallies, names, judged_slow, args)
@@ -330,7 +335,7 @@ def print_data_bound(trials: list[Pairs], judged: list[dict[str, Judged]], round
     """What the recorded trials themselves allow: the per-point rate's interval, and the
     per-session rate it implies for independent points."""
     print(f"\nthe recorded A/A trials, each judged once ({len(trials)} trials):")
-    for n in [*levels, TWO_LOOKS]:
+    for n in [*levels, LOOKS]:
         k = sum(j[n].regression for j in judged)
         high = clopper_pearson(k, len(trials))[1]
         say(f"  {n}: regression on {rate(k, len(trials))} ({k} of {len(trials)}): a session "

@@ -92,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(f"--distbench-rounds: {exc}") from None
     try:
-        extra = parse_rounds(extra_text, default=rounds, least=0)
+        extra = parse_rounds(extra_text, default=2 * rounds, least=0)
     except ValueError as exc:
         raise pytest.UsageError(f"--distbench-extra-rounds: {exc}") from None
     if options.compare:
@@ -322,9 +322,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"distbench A/B: each round runs each variant once, for --distbench-budget of "
             f"timed iterations ({RUN_BUDGET} in A/B mode unless given)"]
     if mode.extra_rounds:
-        said.append(f"distbench A/B: {mode.extra_rounds} more rounds for a test whose rounds "
-                    "leave a regression open (--distbench-extra-rounds), each look at half "
-                    "the point's level")
+        said.append(f"distbench A/B: up to {mode.extra_rounds} more rounds, {mode.rounds} at a "
+                    "time, for a test whose rounds leave a regression open "
+                    "(--distbench-extra-rounds), each look at its share of the point's level")
     if of_run(config).bind == "auto":
         said.append("distbench A/B: CPU worlds run packed on one CPU (--distbench-bind=auto "
                     "means pack in A/B mode: steadier pairs on small VMs; =core spreads them)")

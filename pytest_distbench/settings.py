@@ -199,9 +199,10 @@ _TRAILING = (
              "A/B mode: interleaved rounds per benchmark", metavar="N", group="baselines",
              unset="20 in A/B mode (harness/ab/mode.py DEFAULT_ROUNDS)"),
     _session("extra_rounds", "--distbench-extra-rounds", None, str,
-             "A/B mode: rounds added once to a test whose first rounds left a regression open "
-             "(not shown, its interval reaching past the threshold), 0 for none",
-             metavar="N", group="baselines", unset="as many as --distbench-rounds"),
+             "A/B mode: rounds added, --distbench-rounds at a time, to a test whose rounds "
+             "leave a regression open (not shown, its interval reaching past the threshold), "
+             "0 for none", metavar="N", group="baselines",
+             unset="twice --distbench-rounds"),
     _session("baseline_dir", None, "baselines", str,
              "directory of named baselines, relative to the rootdir", group="baselines"),
     _session("launcher", "--distbench-launcher", "auto", _launcher_mode,

@@ -52,7 +52,7 @@ def test_prints_its_table_from_the_committed_data():
     for line in out.splitlines():
         cells = re.findall(r"(\d+\.\d) % \[(\d+\.\d), (\d+\.\d)\]", line)
         if line.startswith(("unchanged", "5 %", "10 %", "20 %")):
-            assert len(cells) == 3, line  # before / after / two looks
+            assert len(cells) == 3, line  # before / after / looks
             rows.setdefault(line.split("  ")[0], []).extend(float(c[0]) for c in cells)
             # 30 sessions: every rate is a count of 30, inside its own interval.
             assert all(float(lo) <= float(r) <= float(hi) for r, lo, hi in cells), line
@@ -114,7 +114,7 @@ def test_pooled_points_keep_each_rounds_place(bse):
     for base, cand in points:
         # Round j comes from round j (mod 3: the extra rounds too) of some trial, its baseline
         # and candidate together.
-        assert len(base) == 6
+        assert len(base) == 9
         assert all(b % 10 == j % 3 and c == b + 0.5
                    for j, (b, c) in enumerate(zip(base, cand, strict=True)))
     # and from different trials: new points, not the recorded ones.
@@ -127,28 +127,29 @@ def test_a_trial_is_extended_by_its_sessions_rounds_in_their_abba_places(bse):
     pool = [(tuple(10.0 * i + j for j in range(6)), tuple(10.0 * i + j + 0.5 for j in range(6)))
             for i in range(4)]
     base, cand = bse.extended(pool[0], 6, pool, random.Random(2))
-    assert base[:6] == pool[0][0] and cand[:6] == pool[0][1] and len(base) == 12
+    assert base[:6] == pool[0][0] and cand[:6] == pool[0][1] and len(base) == 18
     # Round i from round i mod 6 of some trial of the pool, its baseline and candidate together,
     # and not all from the trial itself.
     assert all(b % 10 == i % 6 and c == b + 0.5
                for i, (b, c) in enumerate(zip(base, cand, strict=True)))
     assert any(b >= 10 for b in base[6:])
-    longer = (pool[1][0] * 2, pool[1][1] * 2)
+    longer = (pool[1][0] * 3, pool[1][1] * 3)
     assert bse.extended(longer, 6, pool, random.Random(2)) == longer  # recorded: kept
 
 
 @settings(max_examples=40, deadline=None)
-@given(pairs=st.lists(st.tuples(st.floats(0.5, 2.0), st.floats(0.5, 2.0)), min_size=16,
-                      max_size=16), factor=st.sampled_from([1.0, 1.2]))
-def test_two_looks_judge_the_first_rounds_then_all_where_a_regression_is_open(bse, pairs,
-                                                                             factor):
+@given(pairs=st.lists(st.tuples(st.floats(0.5, 2.0), st.floats(0.5, 2.0)), min_size=24,
+                      max_size=24), factor=st.sampled_from([1.0, 1.2]))
+def test_looks_judge_the_first_rounds_then_more_while_a_regression_is_open(bse, pairs, factor):
     base = tuple(b for b, _ in pairs)
     cand = tuple(c for _, c in pairs)
-    level = 0.02
-    j = bse.judge_two_looks((base, cand), 8, 0.1, level, factor)
-    first = paired.judge_paired(base[:8], [c * factor for c in cand[:8]], 0.1, alpha=level / 2)
-    final = first if not paired.open_to_regression(first) else paired.judge_paired(
-        base, [c * factor for c in cand], 0.1, alpha=level / 2)
+    level = 0.03
+    j = bse.judge_looks((base, cand), 8, 0.1, level, factor)
+    for n in (8, 16, 24):  # each look at a third of the level
+        final = paired.judge_paired(base[:n], [c * factor for c in cand[:n]], 0.1,
+                                    alpha=level / 3)
+        if not paired.open_to_regression(final):
+            break
     assert j.regression == (final.kind == "regression")
 
 

@@ -103,8 +103,8 @@ def test_ab_at_the_defaults(user_file):
     records = _check(*_local(user_file.path, out, "--distbench-baseline-env=DISTBENCH_AB=1"),
                      out)
     for record in records.values():
-        # The default --distbench-rounds, and as many again where they left a regression open.
-        assert record["ab"]["rounds"] in (20, 40), record["ab"]
+        # The default --distbench-rounds, and 20 or 40 more where they left a regression open.
+        assert record["ab"]["rounds"] in (20, 40, 60), record["ab"]
 
 
 def test_torchrun_one_node_at_the_defaults(user_file):

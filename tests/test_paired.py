@@ -191,12 +191,21 @@ def test_bad_rounds_are_refused():
 
 @given(st.integers(min_value=2, max_value=60), st.integers(min_value=0, max_value=60),
        st.floats(min_value=1e-8, max_value=0.5))
-def test_a_second_look_only_where_all_the_rounds_could_reach_its_half_level(rounds, extra,
-                                                                            level):
-    looks = paired.looks(rounds, extra, level)
-    # Two looks only with extra rounds, and only where all of them could show a change at half
-    # the level (the exact test's smallest p is 2^-n).
-    assert looks == (2 if extra > 0 and 0.5 ** (rounds + extra) < level / 2 else 1)
+def test_looks_come_every_rounds_rounds_up_to_the_extra_ones_where_the_last_can_reach(
+        rounds, extra, level):
+    plan = paired.look_rounds(rounds, extra, level)
+    assert plan[0] == rounds
+    if len(plan) == 1:
+        # No extra rounds, or even all of them could not show a change at their share.
+        assert extra == 0 or 0.5 ** (rounds + extra) >= level / len(
+            range(rounds, rounds + extra + rounds, rounds))
+        return
+    # `rounds` more at a time, the last look at every allowed round, and it can reach its share
+    # of the level (the exact test's smallest p is 2^-n).
+    assert plan[-1] == rounds + extra
+    assert all(0 < b - a <= rounds for a, b in itertools.pairwise(plan))
+    assert all(b - a == rounds for a, b in itertools.pairwise(plan[:-1]))
+    assert 0.5 ** plan[-1] < level / len(plan)
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -77,7 +78,8 @@ class ABOutcome:
 @dataclass
 class ABMode:
     rounds: int
-    # Rounds added once to a test whose first rounds left a regression open (paired.looks).
+    # Rounds added, `rounds` at a time, to a test whose rounds left a regression open
+    # (paired.look_rounds).
     extra_rounds: int
     env_overrides: dict[str, str]
     interpreter: InterpreterFacts | None
@@ -136,13 +138,15 @@ class ABMode:
         run_rounds(range(self.rounds))
         count = len(runs[CANDIDATE][0])
         level = vocabulary.point_level(self.tests, count)
-        looks = paired.looks(self.rounds, self.extra_rounds, level)
-        verdicts = self._verdicts(runs, settings.threshold, level / looks)
-        if looks == 2 and any(paired.open_to_regression(v) for v in verdicts):
-            # The first rounds left a regression open: as many again (ABBA goes on), and the
-            # test judged once more on all of them, each look at half the level.
-            run_rounds(range(self.rounds, self.rounds + self.extra_rounds))
-            verdicts = self._verdicts(runs, settings.threshold, level / looks)
+        looks = paired.look_rounds(self.rounds, self.extra_rounds, level)
+        verdicts = self._verdicts(runs, settings.threshold, level / len(looks))
+        for done, more in pairwise(looks):
+            if not any(paired.open_to_regression(v) for v in verdicts):
+                break
+            # The rounds so far left a regression open: more (ABBA goes on), and the test
+            # judged again on all of them, each look at its share of the level.
+            run_rounds(range(done, more))
+            verdicts = self._verdicts(runs, settings.threshold, level / len(looks))
         wall = time.perf_counter() - began
         failures, merged, named = [], [], []
         for i, verdict in enumerate(verdicts):

@@ -54,9 +54,10 @@ def legend(outcomes: Sequence[Any], statistic: str, tests: int,
                                     f"{DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-Lehmann)")
     if extra_rounds:
         shown = next(i for i, term in enumerate(terms) if term.startswith("shown = "))
-        terms.insert(shown + 1, f"two looks = a test whose first rounds left a regression open "
-                     f"ran {extra_rounds} more and was judged again on all of them (its rounds "
-                     "column says so), each look at half the point's level")
+        terms.insert(shown + 1, "looks = a test whose rounds left a regression open ran more "
+                     f"(up to {extra_rounds}, as many as its first at a time) and was judged "
+                     "again on all of them (its rounds column says how many); the point's level is "
+                     "divided among its looks (the level above is one look's)")
     return [f"threshold {threshold * 100:g} %", *terms]
 
 
@@ -70,7 +71,7 @@ def render_ab(outcomes: Sequence[Any], baseline: str, statistic: str, tests: int
               extra_rounds: int = 0, markdown: bool = False) -> str:
     """`statistic`: what stands for a round in the verdict (harness/ab/mode.py ROUND_STATISTIC);
     `tests`: the session's distbench tests, sharing its family-wise rate; `extra_rounds`: the
-    rounds a test left open to a regression gets (--distbench-extra-rounds)."""
+    most rounds a test left open to a regression gets (--distbench-extra-rounds)."""
     headers = ["benchmark", "size", f"baseline {statistic} (us)", f"candidate {statistic} (us)",
                "ratio [95% CI]", "p", "detectable", "rounds", "verdict"]
     rows = []

@@ -63,14 +63,18 @@ class PairedVerdict:
         return self.detectable <= self.threshold
 
 
-def looks(rounds: int, extra_rounds: int, level: float) -> int:
-    """How many times a test's rounds are judged: twice where extra rounds are allowed and the
-    signed-rank test on all of them could reach half the level (its smallest p is 2^-n), else
-    once. Fixed before any round runs, so the level of each look is too (level / looks: by the
-    union bound the looks together keep the point's level)."""
-    if extra_rounds > 0 and 0.5 ** (rounds + extra_rounds) < level / 2:
-        return 2
-    return 1
+def look_rounds(rounds: int, extra_rounds: int, level: float) -> list[int]:
+    """The round counts after which a test is judged: `rounds`, then `rounds` more at a time
+    until `extra_rounds` more have run, each look at level / (number of looks), so that by the
+    union bound the looks together keep the point's level. Fixed before any round runs. One
+    look (at the whole level) where no extra rounds are allowed, or where even the last look
+    could not reach its share (the signed-rank test's smallest p is 2^-n)."""
+    plan = [rounds]
+    while plan[-1] < rounds + extra_rounds:
+        plan.append(min(plan[-1] + rounds, rounds + extra_rounds))
+    if 0.5 ** plan[-1] >= level / len(plan):
+        return [rounds]
+    return plan
 
 
 def open_to_regression(verdict: PairedVerdict) -> bool:
