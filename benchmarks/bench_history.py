@@ -29,9 +29,11 @@ how many runs at the new speed the series held when it was first found (the step
 series per source, series of SERIES runs, judged after every run; every distinct run index ever
 reported as a change point counts once; per 1,000 runs.
 
---alpha, --min-size and --penalty replace the module's defaults; --test t replaces its rank
-test by Student's t test on the log p50s (pooled variance, as Apache Otava tests its splits),
-to compare the two.
+--alpha, --min-size and --penalty replace the module's defaults; --test replaces its split
+test (Student's t on the log p50s kept only where a rank test agrees) by one test alone, to
+compare them: rank (two-sided Mann-Whitney, the rule before), t (Student's t, pooled variance,
+as Apache Otava tests its splits), yuen (Yuen's trimmed t, Welch's unequal variances: scipy's
+ttest_ind(equal_var=False, trim=--trim)), yuen-pooled (the same with a pooled variance).
 """
 
 from __future__ import annotations
@@ -148,13 +150,24 @@ def false_points(draw, runs: int, rng: np.random.Generator, **kwargs) -> int:
     return found
 
 
-def student_t(before: list[float], after: list[float], min_size: int) -> float:
-    from scipy import stats
+def alone(test: str, trim: float):
+    """A split test for the module: (p, 0) of one test, so that test alone decides."""
+    rule = changepoints._split_p  # (t p, rank p), before this replaces it
 
-    if min(len(before), len(after)) < min_size:
-        return 1.0
-    p = float(stats.ttest_ind(after, before).pvalue)
-    return 1.0 if math.isnan(p) else max(p, sys.float_info.min)
+    def split_p(before: list[float], after: list[float], min_size: int) -> tuple[float, float]:
+        from scipy import stats
+
+        if min(len(before), len(after)) < min_size:
+            return 1.0, 1.0
+        if test == "rank":
+            p = rule(before, after, min_size)[1]
+        elif test == "t":
+            p = float(stats.ttest_ind(after, before).pvalue)
+        else:
+            p = float(stats.ttest_ind(after, before, equal_var=test == "yuen-pooled",
+                                      trim=trim).pvalue)
+        return (1.0 if math.isnan(p) else max(p, sys.float_info.min)), 0.0
+    return split_p
 
 
 def record(sessions: int, world_size: int) -> None:
@@ -193,8 +206,9 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=changepoints.DEFAULT_ALPHA)
     parser.add_argument("--min-size", type=int, default=changepoints.MIN_SIZE)
     parser.add_argument("--penalty", type=float, default=changepoints.PENALTY)
-    parser.add_argument("--test", choices=("rank", "t"), default="rank",
-                        help="the split's test: the module's rank test, or Student's t")
+    parser.add_argument("--test", choices=("rule", "rank", "t", "yuen", "yuen-pooled"),
+                        default="rule", help="the split's test: the module's rule, or one alone")
+    parser.add_argument("--trim", type=float, default=0.2, help="yuen's trimmed fraction")
     parser.add_argument("--record", type=int, metavar="SESSIONS",
                         help="record this machine's runs instead (benchmarks/data/)")
     parser.add_argument("--world-size", type=int, default=2)
@@ -203,8 +217,8 @@ def main() -> None:
         record(args.record, args.world_size)
         return
     changepoints.PENALTY = args.penalty
-    if args.test == "t":
-        changepoints._split_p = student_t
+    if args.test != "rule":
+        changepoints._split_p = alone(args.test, args.trim)
     kwargs = {"alpha": args.alpha, "min_size": args.min_size}
     rng = np.random.default_rng(args.seed)
     quiet, loud, h200_note = h200_sds()
@@ -220,8 +234,9 @@ def main() -> None:
         sources.append(("this machine", resampled(logs), False))
         notes.append(f"this machine: {note}")
     print(" ".join(["python benchmarks/bench_history.py", *sys.argv[1:]]))
+    trim = f" (trim {args.trim})" if "yuen" in args.test else ""
     print(f"alpha {args.alpha}, min segment {args.min_size} runs, penalty {args.penalty}, "
-          f"test {args.test}, window {WINDOW} runs, seed {args.seed}")
+          f"test {args.test}{trim}, window {WINDOW} runs, seed {args.seed}")
     for note in notes:
         print(fit.wrap_text(note))
     started = time.perf_counter()
@@ -250,7 +265,7 @@ def main() -> None:
     print(f"\nfalse change points (unchanged series of {SERIES} runs, judged after every run):")
     print(fit.table(rows, ["noise", "runs", "change points", "per 1,000 runs"]))
     # Log-normal noise of any CV is one case to the detection (logs over their own noise, then
-    # ranks), so those rows are samples of one rate.
+    # t and ranks, both blind to the scale), so those rows are samples of one rate.
     print(fit.wrap_text(f"log-normal sources pooled: {pooled[0]} in {pooled[1]:,} runs, "
                         f"{1000 * pooled[0] / max(1, pooled[1]):.2f} per 1,000"))
     print(f"\n{time.perf_counter() - started:.0f} s")

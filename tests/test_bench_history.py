@@ -63,3 +63,19 @@ def test_a_windowed_judgement_names_runs_of_the_whole_series(bh, monkeypatch):
     assert bh.judged(series, 100) == [70]
     assert bh.judged(series, 60) == []
     assert math.isclose(bh.sd_of_cv(0.02), 0.019998, rel_tol=1e-4)
+
+
+def test_a_test_alone_decides_where_the_rule_needs_both(bh, monkeypatch):
+    # two outliers among the four newest runs, the other two in the older runs' lower half: the
+    # t test alone keeps the split, the rank test alone and the rule (both) do not
+    values = list(np.exp(np.random.default_rng(3).normal(0, 0.01, 34)))
+    values[30] *= 3
+    values[32] *= 3
+    low = sorted(values[:30])
+    values[31], values[33] = low[7], low[10]
+    cp = bh.changepoints
+    assert cp.change_points(values) == []
+    for test, runs in (("t", [30]), ("rank", [])):
+        monkeypatch.setattr(cp, "_split_p", bh.alone(test, 0.2))
+        assert [p.run for p in cp.change_points(values)] == runs, test
+        monkeypatch.undo()
