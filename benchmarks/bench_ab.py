@@ -359,8 +359,8 @@ def sessions_judged(docs: dict[str, list[dict]], rounds: int) -> dict:
     """The sessions' own verdicts, as the plugin gave them (each point at its share of the
     session's family-wise 1 %, with the extra rounds where the first left a regression open),
     where the table below re-judges the kept rounds at p < 0.01 per point."""
-    print("as the sessions judged (each point at 1 % / N tests, a second look after extra "
-          "rounds where a regression was left open):")
+    print("as the sessions judged (each point at 1 % / N tests, divided among its looks: more "
+          "rounds while a regression was left open):")
     figures = {}
     for name, phase_docs in docs.items():
         abs_ = [rec["ab"] for doc in phase_docs for rec in storage.records(doc).values()]
@@ -369,11 +369,15 @@ def sessions_judged(docs: dict[str, list[dict]], rounds: int) -> dict:
         walls = sorted(ab["wall_s"] for ab in abs_)
         figures[name] = {"trials": len(kinds), "regressions": kinds.count("regression"),
                          "extended": extended, "wall_per_benchmark_s": walls[len(walls) // 2]}
+        others = [f"{kinds.count(k)} {k}" for k in sorted(set(kinds)) if k != "regression"]
+        used = sorted(ab["rounds"] for ab in abs_)
         print(f"  {name}: {kinds.count('regression')} of {len(kinds)} trials a regression "
-              f"({100 * kinds.count('regression') / len(kinds):.1f} %); "
-              + ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)) if k != "regression")
-              + f"; {extended} ran extra rounds; wall per benchmark median "
-              f"{walls[len(walls) // 2]:.2f} s", flush=True)
+              f"({100 * kinds.count('regression') / len(kinds):.1f} %)"
+              + "".join(f", {o}" for o in others)
+              + f"; {extended} ran extra rounds (rounds: "
+              + ", ".join(f"{used.count(n)} x {n}" for n in sorted(set(used)))
+              + f"); wall per benchmark median {walls[len(walls) // 2]:.2f} s, mean "
+              f"{sum(walls) / len(walls):.2f} s", flush=True)
     return figures
 
 
