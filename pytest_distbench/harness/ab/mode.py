@@ -139,21 +139,20 @@ class ABMode:
         count = len(runs[CANDIDATE][0])
         level = vocabulary.point_level(self.tests, count)
         looks = paired.look_rounds(self.rounds, self.extra_rounds, level)
-        verdicts = self._verdicts(runs, settings.threshold, level / len(looks))
+        judged = self._judged(runs, settings.threshold, level / len(looks))
         for done, more in pairwise(looks):
-            if not any(paired.open_to_regression(v) for v in verdicts):
+            if not any(paired.open_to_regression(verdict) for *_, verdict in judged):
                 break
             # The rounds so far left a regression open: more (ABBA goes on), and the test
             # judged again on all of them, each look at its share of the level.
             run_rounds(range(done, more))
-            verdicts = self._verdicts(runs, settings.threshold, level / len(looks))
+            judged = self._judged(runs, settings.threshold, level / len(looks))
         wall = time.perf_counter() - began
         failures, merged, named = [], [], []
-        for i, verdict in enumerate(verdicts):
+        for i, (base_stat, cand_stat, verdict) in enumerate(judged):
             base = [rnd[i].first.record for rnd in runs[BASELINE]]
             cand = [rnd[i].first.record for rnd in runs[CANDIDATE]]
             first = runs[CANDIDATE][0][i]
-            base_stat, cand_stat = _round_values(runs, i)
             record = first.first.record
             outcome = ABOutcome(record["id"], record["name"], record["family"],
                                 record.get("nbytes"), [r["summary"]["p50"] for r in base],
@@ -176,18 +175,21 @@ class ABMode:
         return []
 
     @staticmethod
-    def _verdicts(runs: dict[str, list[list[Point]]], threshold: float,
-                  level: float) -> list[paired.PairedVerdict]:
-        """Each point's paired verdict from every round so far, at `level`."""
-        verdicts = []
+    def _judged(runs: dict[str, list[list[Point]]], threshold: float, level: float
+                ) -> list[tuple[list[float], list[float], paired.PairedVerdict]]:
+        """Each point's round values (baseline, candidate) from every round so far, and its
+        paired verdict on them at `level`."""
+        judged = []
         for i, first in enumerate(runs[CANDIDATE][0]):
-            base, cand = _round_values(runs, i)
+            base, cand = ([round_value(rnd[i].first.record["samples"]) for rnd in runs[side]]
+                          for side in (BASELINE, CANDIDATE))
             try:
-                verdicts.append(paired.judge_paired(base, cand, threshold, alpha=level))
+                judged.append((base, cand, paired.judge_paired(base, cand, threshold,
+                                                               alpha=level)))
             except ValueError as exc:  # e.g. a time of 0: a clock too coarse for the body
                 pytest.fail(f"A/B: cannot compare {first.first.record['name']}: {exc}",
                             pytrace=False)
-        return verdicts
+        return judged
 
     def _baseline_task(self, task: Any) -> Any:
         if self.interpreter is None or self._server is None:
@@ -197,12 +199,6 @@ class ABMode:
         return dataclasses.replace(
             task, sys_path=tuple(self._server.rank_sys_path(list(task.sys_path)))
         )
-
-
-def _round_values(runs: dict[str, list[list[Point]]], i: int) -> tuple[list[float], ...]:
-    """The baseline's and the candidate's round values of the test's i-th point."""
-    return tuple([round_value(rnd[i].first.record["samples"]) for rnd in runs[side]]
-                 for side in (BASELINE, CANDIDATE))
 
 
 def round_value(samples: list[float]) -> float:
