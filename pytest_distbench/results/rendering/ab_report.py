@@ -50,15 +50,13 @@ def legend(outcomes: Sequence[Any], statistic: str, tests: int,
             "(the table shows each side's median over the rounds)")
     family = vocabulary.family_clause(vocabulary.FAMILY_ALPHA, tests,
                                       [o.verdict.level for o in outcomes])
-    terms = vocabulary.legend_terms(test, family, interval=f"the ratio's "
-                                    f"{DEFAULT_CONFIDENCE * 100:g} % interval (Hodges-Lehmann)")
-    if extra_rounds:
-        shown = next(i for i, term in enumerate(terms) if term.startswith("shown = "))
-        terms.insert(shown + 1, "looks = a test whose rounds left a regression open ran more "
-                     f"(up to {extra_rounds}, as many as its first at a time) and was judged "
-                     "again on all of them (its rounds column says how many); the point's level is "
-                     "divided among its looks (the level above is one look's)")
-    return [f"threshold {threshold * 100:g} %", *terms]
+    looks = (f"a test whose rounds left a regression open ran more (up to {extra_rounds}, as "
+             "many as its first at a time) and was judged again on all of them (its rounds "
+             "column says how many); the point's level is divided among its looks (the level "
+             "above is one look's)") if extra_rounds else None
+    return [f"threshold {threshold * 100:g} %", *vocabulary.legend_terms(
+        test, family, interval=f"the ratio's {DEFAULT_CONFIDENCE * 100:g} % interval "
+        "(Hodges-Lehmann)", looks=looks)]
 
 
 def digest_line(outcomes: Sequence[Any], baseline: str) -> str:

@@ -78,10 +78,12 @@ def family_clause(alpha: float, tests: int, levels: Sequence[float], unit: str =
     return f"family-wise {alpha * 100:g} % over {tests} {unit} (Bonferroni: {each})"
 
 
-def legend_terms(test: str, family: str, *, interval: str = "the change") -> list[str]:
+def legend_terms(test: str, family: str, *, interval: str = "the change",
+                 looks: str | None = None) -> list[str]:
     """The vocabulary under every comparison table, a term a line. `test`: what "shown" means
     here; `family`: family_clause's text; `interval`: what must lie beyond the threshold for a
-    regression (and within it for unchanged)."""
+    regression (and within it for unchanged); `looks`: how the level was divided among several
+    looks at the same point, where it was (the term after "shown")."""
     return [
         f"regression = shown slower and {interval} wholly beyond the threshold (the gate fails "
         "it, nothing else); improvement = the same, faster",
@@ -91,6 +93,7 @@ def legend_terms(test: str, family: str, *, interval: str = "the change") -> lis
         f"unchanged = not shown to differ and {interval} within the threshold; inconclusive = "
         "not shown to differ, and it may be beyond the threshold (can't tell)",
         f"shown = {test}, at the point's level: {family}",
+        *([f"looks = {looks}"] if looks else []),
         "detectable = the smallest slowdown this comparison shows at that level with 95 % power "
         "(information: it decides no verdict)",
     ]
