@@ -40,11 +40,12 @@ def points_of_run(item: pytest.Function, key: Any, per_rank: list[list[Measureme
     records = build_records(item, key, per_rank, settings)
     invalid = [violations(record) for record in records]
     declared = of_session(item.config).peak_busbw or {}
+    bounds, gpus = machine_bounds(), gpu_names()  # as the checks above left them
     requested = item.stash.get(REQUESTED_KEY, None) or None
     points = []
     for record, broken, measurement in zip(records, invalid, per_rank[0], strict=True):
-        run = Run(record, broken, peaks.share(record, broken, declared, machine_bounds(),
-                                              gpu_names(), one_host), key.variant)
+        run = Run(record, broken, peaks.share(record, broken, declared, bounds, gpus, one_host),
+                  key.variant)
         # Its stratum (the revisits pool its noise there): only a run with a figure has one.
         family = registry.family_of(record["family"]) or record["family"]
         points.append(Point(record["id"], run,
