@@ -140,11 +140,12 @@ def session_interval(figure: float, sampling: tuple[float, float] | None,
     if not (figure > 0 and math.isfinite(figure)):
         return None
     between = noise.half_log()
-    below = above = 0.0
+    low, high = figure * math.exp(-between), figure * math.exp(between)
     if sampling is not None and sampling[0] > 0 and sampling[1] > 0:
-        below = max(0.0, math.log(figure / sampling[0]))
-        above = max(0.0, math.log(sampling[1] / figure))
-    return (figure * math.exp(-max(below, between)), figure * math.exp(max(above, between)))
+        # A side the run's own interval reaches further is that side itself: through a log and
+        # back it could come out a rounding inside it, narrower than the run's own.
+        low, high = min(low, sampling[0], figure), max(high, sampling[1], figure)
+    return low, high
 
 
 def sampling_target(target: float, noise: RunNoise | None) -> float:
