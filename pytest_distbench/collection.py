@@ -64,6 +64,25 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, values, ids=[setting.param_id(v) for v in values])
 
 
+def skip_unavailable(items: list[pytest.Item]) -> None:
+    """Skip, before any world starts, each test whose backend cannot run here at its world
+    size (harness/environment/backends.py says why). Skipped at collection, a test is not
+    among those the session's family-wise rate is shared by (gating.distbench_tests): it
+    cannot fail."""
+    from .harness.environment.backends import unavailable
+
+    reasons: dict[tuple[str, int], str | None] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or not is_distbench(item):
+            continue
+        where = (callspec.params[BACKEND_ARG], callspec.params[WORLD_SIZE_ARG])
+        if where not in reasons:
+            reasons[where] = unavailable(*where)
+        if reasons[where]:
+            item.add_marker(pytest.mark.skip(reason=reasons[where]))
+
+
 def merge_equal_sizes(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     """Run once the requested sizes that a test turns into the same effective size; a note
     saying so, or None.

@@ -103,26 +103,20 @@ class SuiteProgress:
 
 # -- per test ----------------------------------------------------------------------------------
 
-def report_figures(item: pytest.Function, records: list[dict[str, Any]],
-                   verdicts: dict[str, Any]) -> None:
-    """JUnit properties of the test, and the figures its `-v` line ends with."""
+def after_test(item: pytest.Function, points: list[Point], resolved: Any,
+               view: Callable[[list[Point]], list[Record]]) -> None:
+    """The gate's verdicts, the test's JUnit properties and the figures its `-v` line ends
+    with, and a failure per regression, each judged on `view(points)`: their records with the
+    interval the session knows so far (Session.view)."""
     from .results.rendering.junit import properties
     from .results.rendering.registered import headline
 
-    item.user_properties.extend(properties(records, verdicts))
-    text = headline(records)
-    if text:
-        item.stash[HEADLINE_KEY] = text
-
-
-def after_test(item: pytest.Function, points: list[Point], resolved: Any,
-               view: Callable[[list[Point]], list[Record]]) -> None:
-    """The gate's verdicts, the test's figures (-v, JUnit), and a failure per regression, each
-    judged on `view(points)`: their records with the interval the session knows so far
-    (Session.view)."""
     shown = view(points)
     verdicts, failures = gating.judge(item, shown, resolved.threshold)
-    report_figures(item, shown, verdicts)
+    item.user_properties.extend(properties(shown, verdicts))
+    text = headline(shown)
+    if text:
+        item.stash[HEADLINE_KEY] = text
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
 

@@ -129,6 +129,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             from .results.rendering.fit import wrap
 
             config.stash[SESSION_KEY].notes.extend(wrap(note))
+        # Launcher mode agrees on availability across its ranks (harness/launcher/agreement.py).
+        if not config.stash[SESSION_KEY].external:
+            collection.skip_unavailable(items)
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
@@ -224,8 +227,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
     if session is None or not collection.is_distbench(pyfuncitem):
         return None
-    from .harness.environment.backends import unavailable
-    from .harness.local.world import effective_bind
     from .harness.wire import WorldKey
 
     params = pyfuncitem.callspec.params
@@ -233,13 +234,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     resolved = settings_module.of_test(pyfuncitem.config, pyfuncitem)
     device_type = "cuda" if backend == "nccl" else "cpu"
     # Under a launcher, placing ranks is the launcher's job (docs/launchers.md).
-    bind = ("launcher" if session.external else effective_bind(
+    bind = ("launcher" if session.external else settings_module.effective_bind(
         resolved.bind, device_type, gating.ab_mode(pyfuncitem.config) is not None))
     key = WorldKey(params[collection.WORLD_SIZE_ARG], backend, device_type, bind)
-    # Launcher mode agrees on availability across its ranks (harness/launcher/agreement.py).
-    reason = None if session.external else unavailable(backend, key.world_size)
-    if reason:
-        pytest.skip(reason)
     schedule = pyfuncitem.config.stash[SCHEDULE_KEY]
     points = schedule.run_test(session, pyfuncitem, resolved, key,
                                collection.uses_rpc(pyfuncitem))

@@ -69,6 +69,22 @@ def _bind(text: str) -> str:
     return value
 
 
+def effective_bind(bind: str, device_type: str, ab_mode: bool) -> str:
+    """The placement a world's ranks get: --distbench-bind as given, and "auto" read as its
+    row's help says: "pack" for a CPU world in A/B mode, "core" otherwise.
+
+    A/B mode wants the two variants' runs to agree, not the fastest figures. On a small VM a
+    message between ranks on two CPUs must often wake a halted virtual CPU, and a gloo world
+    flips between a fast and a ~4x slower mode every 10-500 ms (docs/gating.md); with every
+    thread on one CPU no message wakes another CPU, and the fastest iterations of two runs
+    agree closely. GPU worlds keep their CPUs: their launch and proxy threads must not queue
+    behind one another.
+    """
+    if bind != "auto":
+        return bind
+    return "pack" if ab_mode and device_type == "cpu" else "core"
+
+
 def _optional_count(text: str) -> int | None:
     return None if text.strip().lower() in ("", "auto") else parse_count(1)(text)
 
@@ -119,7 +135,8 @@ CORE_SETTINGS = (
             "smallest slowdown that counts as a regression, e.g. 5%", group="baselines"),
     Setting("bind", "--distbench-bind", "auto", _bind,
             "where CPU ranks run: core (one CPU each, as mpirun --bind-to core), pack (all on "
-            "one CPU), none, or auto (pack in A/B mode, else core)", group="placement"),
+            "one CPU), none, or auto (pack for CPU worlds in A/B mode, else core)",
+            group="placement"),
 )
 
 LAUNCHER_MODES = ("auto", "local", "env")

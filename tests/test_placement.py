@@ -8,8 +8,8 @@ import os
 import pytest
 from tables import unwrapped
 
-from pytest_distbench.harness.local.world import effective_bind, rank_cpus
-from pytest_distbench.settings import _bind
+from pytest_distbench.harness.local.world import rank_cpus
+from pytest_distbench.settings import _bind, effective_bind
 
 USABLE = sorted(os.sched_getaffinity(0))
 

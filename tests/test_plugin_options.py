@@ -146,6 +146,22 @@ def test_unavailable_backend_skips_with_reason(pytester, leak_tag):
     assert "backend mpi is not built into this torch" in out
 
 
+def test_a_backend_that_cannot_run_is_skipped_before_any_world_and_not_gated(pytester,
+                                                                            leak_tag):
+    """Skipped at collection: the test never reaches the call phase, and the session's
+    family-wise rate is shared among the tests that can run (one here, not two)."""
+    pytester.makepyfile(BENCH)
+    pytester.runpytest_subprocess("--distbench", "--tensor-size=4B",
+                                  "--distbench-save=main").assert_outcomes(passed=2)
+    result = pytester.runpytest_subprocess(
+        "--distbench", "--backend=gloo,mpi", "--tensor-size=4B", "--distbench-compare=main",
+        "-rs", "-v")
+    result.assert_outcomes(passed=2, skipped=1)
+    out = " ".join(result.stdout.str().split())
+    assert "backend mpi is not built into this torch" in out
+    assert "family-wise 1 % over 1 test " in out, out
+
+
 def test_a_session_whose_every_point_skipped_says_why_even_with_q(pytester, leak_tag):
     """pytest -q alone said "2 skipped" (issue 41, a two-rank nccl world on one GPU): the
     session's own summary gives one line per reason with its count."""

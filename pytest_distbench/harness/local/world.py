@@ -47,22 +47,6 @@ def warm_up_forkserver() -> None:
     forkserver.ensure_running()
 
 
-def effective_bind(bind: str, device_type: str, ab_mode: bool) -> str:
-    """What --distbench-bind=auto means for one world: "pack" for a CPU world in A/B mode,
-    "core" otherwise.
-
-    A/B mode wants the two variants' runs to agree, not the fastest figures. On a small VM a
-    message between ranks on two CPUs must often wake a halted virtual CPU, and a gloo world
-    flips between a fast and a ~4x slower mode every 10-500 ms (docs/gating.md); with every
-    thread on one CPU no message wakes another CPU, and the fastest iterations of two runs
-    agree closely. GPU worlds keep their CPUs: their launch and proxy threads must not queue
-    behind one another.
-    """
-    if bind != "auto":
-        return bind
-    return "pack" if ab_mode and device_type == "cpu" else "core"
-
-
 def rank_cpus(rank: int, bind: str) -> tuple[int, ...] | None:
     """The CPU a rank is pinned to: round robin over the CPUs this process may use ("core"),
     or the first of them for every rank ("pack").
