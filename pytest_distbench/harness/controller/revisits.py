@@ -85,10 +85,12 @@ class Revisits:
         strata already dominates the user's precision target (the least noisy of them, so
         the stop loosens least), and whether that stop is the noise's; None: the user's."""
         target = getattr(settings, "precision", None)
+        if target is None:  # no stop to loosen: the strata's noise is not pooled for it
+            return None
         noises = [noise for stratum in self._strata_of_test.get(_test_key(item), ())
                   if (noise := self.noise(stratum)) is not None
                   and noise.dof >= MIN_DOF_TO_STOP]
-        if target is None or not noises:
+        if not noises:
             return None
         noise = min(noises, key=lambda n: n.half_log())
         return sampling_target(target, noise), stopped_by_noise(target, noise)
