@@ -416,7 +416,16 @@ def _append(distbench: Session, document: dict[str, Any], path: Path, keep: int)
     try:
         distbench.notes.append(append_run(document, path, keep))
     except (OSError, ValueError, ResultsFileError) as exc:
-        _failed(distbench, f"could not add this run to baseline {path}: {exc}")
+        _failed(distbench, f"could not add this run to baseline {path}: {_why(exc, path)}")
+
+
+def _why(exc: BaseException, path: Path) -> str:
+    """An error's own words, less the file the line that quotes it names already."""
+    from .results.document import ResultsFileError
+
+    if isinstance(exc, ResultsFileError) and Path(exc.path) == Path(path):
+        return f"{exc.field}: {exc.message}" if exc.field else exc.message
+    return str(exc)
 
 
 def _write_plots(distbench: Session, document: dict[str, Any], out: Path,
@@ -463,7 +472,7 @@ def _write(distbench: Session, document: dict[str, Any], path: Path, *,
                            "(pass --distbench-overwrite to replace it)")
         return
     except (OSError, storage.ResultsFileError) as exc:
-        _failed(distbench, f"could not write {what} {path}: {exc}")
+        _failed(distbench, f"could not write {what} {path}: {_why(exc, path)}")
         return
     distbench.written.add(path)
     distbench.notes.append(f"distbench: {'replaced' if existed else 'wrote'} {what} {path}")

@@ -40,6 +40,39 @@ def test_a_file_appears_where_the_directory_should_be():
     assert f"every sample: --distbench-json: {target} not written (the ERROR above)" in digest
 
 
+def test_a_baseline_its_own_reader_would_refuse_is_not_written_and_the_old_one_stays(
+        pytester, distbench_run):
+    """The reader's bound on values lowered from 2**25 to 1,500 (one duration-bound point at
+    its 3,000,000-sample cap passes the real one at 8 ranks): the run that would
+    make the baseline unreadable fails the session naming the file and its longest sample
+    list, and the baseline of the run before stays, readable."""
+    pytester.makeconftest("import pytest_distbench.results.document.io as io\n"
+                          "io.MAX_RESULTS_VALUES = 1500\n")
+    pytester.makepyfile(test_bench="""
+import time, pytest
+
+@pytest.mark.distbench(warmup=1)
+def test_sleep(distbench):
+    distbench.measure(lambda: time.sleep(0.0001))
+""")
+    baseline = pytester.path / "baselines" / "main.json"
+    first = distbench_run("--distbench", "--world-size=2", "--distbench-iterations=3",
+                          "--distbench-save=main")
+    first.assert_outcomes(passed=1)
+    assert first.ret == pytest.ExitCode.OK
+    kept = baseline.read_bytes()
+    result = distbench_run("--distbench", "--world-size=2", "--distbench-iterations=1000",
+                           "--distbench-save=main", "--distbench-append")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = " ".join(result.stdout.str().split())
+    assert f"ERROR: could not add this run to baseline {baseline}: not written: " in out, out
+    assert "not written: the results holds more than 1,500 JSON values" in out
+    assert "test_sleep[gloo-ws2] (1,000 samples at 2 ranks)" in out
+    assert baseline.read_bytes() == kept
+    assert sorted(p.name for p in baseline.parent.iterdir()) == ["main.json", "main.json.lock"]
+
+
 def test_the_loser_of_two_saves_of_one_baseline_fails(pytester, distbench_run):
     """Another session saved the same name while this one ran: this run's data is stored
     nowhere, so it must not look green."""

@@ -270,6 +270,31 @@ def test_unserializable_document_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(points=st.lists(st.integers(min_value=6, max_value=400), min_size=1, max_size=6))
+def test_the_writer_never_writes_a_file_its_reader_refuses(tmp_path, monkeypatch, points):
+    """At the reader's bound on values (lowered here from 2**25, which one duration-bound
+    point at its 3,000,000-sample cap passes at 8 ranks: each sample stored 2 + ranks times),
+    a document is written and read back whole, or refused naming the file and its longest
+    sample lists, and the file it would have replaced stays as it was."""
+    monkeypatch.setattr(io, "MAX_RESULTS_VALUES", 2000)
+    path = tmp_path / "run.json"
+    path.write_text("old contents")
+    doc = make_doc(*(make_record(1 << i, seed=i, n=n) for i, n in enumerate(points)))
+    try:
+        write_document(doc, path, overwrite=True)
+    except ResultsFileError as exc:
+        assert "run.json" in str(exc) and "not written" in str(exc)
+        assert "more than 2,000 JSON values" in str(exc)
+        assert f"({max(points):,} samples at 2 ranks)" in str(exc)
+        assert "--distbench-duration" in str(exc)
+        assert path.read_text() == "old contents"
+    else:
+        assert read_document(path) == doc
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
 def test_pytest_benchmark_compare_lists_our_benchmarks(tmp_path):
     record = make_record(1 << 20, seed=7)
     path = tmp_path / "0001_run.json"

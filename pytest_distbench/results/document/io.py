@@ -75,12 +75,32 @@ def write_document(doc: dict[str, Any], path: str | os.PathLike[str], *, overwri
         data = _dumps(doc).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultsFileError(path, f"cannot serialize the results: {exc}") from None
+    # A file its own reader would refuse is not written: compare, plot and the next
+    # --distbench-append would fail on it later, and the file it would replace stays.
+    problem = parse_problem(data, MAX_RESULTS_VALUES, MAX_RESULTS_BYTES, "a results file")
+    if problem:
+        raise ResultsFileError(path, f"not written: the results {problem}{_largest(doc)}")
     try:
         write_output(path, data, overwrite=overwrite)
     except FileExistsError:
         raise _exists_error(path) from None
     except OSError as exc:
         raise ResultsFileError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _largest(doc: dict[str, Any]) -> str:
+    """What takes the room in a document too large to write: its longest sample lists (each
+    written 2 + ranks times: samples, stats.data and one list per rank)."""
+    records = [b.get("distbench") for b in doc.get("benchmarks") or () if isinstance(b, dict)]
+    sizes = sorted(((len(r.get("samples") or ()), str(r.get("id")), r.get("world_size"))
+                    for r in records if isinstance(r, dict)), reverse=True)
+    if not sizes or not sizes[0][0]:
+        return ""
+    shown = ", ".join(f"{name} ({count:,} samples at {ranks} ranks)"
+                      for count, name, ranks in sizes[:3])
+    return (f"; the longest sample lists of its {len(sizes)} benchmarks: {shown}. Fewer points "
+            "per session (-k) or a shorter --distbench-duration or --distbench-budget keep a "
+            "file within it")
 
 
 def write_output(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> None:
