@@ -100,15 +100,20 @@ def files(tmp_path_factory) -> dict[str, Path]:
     # (issue 54 item 2): 50 MB of empty objects (a 544 MiB file of 16M samples, under the
     # limit then, was OOM-killed in compare); text whose one character past U+FFFF makes
     # every other take 4 bytes.
-    text = out["base"].read_text()
+    # Written in bytes, the padding a MiB at a time: built as one str, the wide file's took
+    # 4 bytes a character, twice (1.1 GB in this test process).
+    head = out["base"].read_bytes()
+    head = head[:head.rindex(b"}")]
     out["dense"] = d / "dense.json"
-    with open(out["dense"], "w") as f:
-        f.write(text[:text.rindex("}")] + ', "padding": [' + "{}," * (MAX_RESULTS_VALUES // 2)
-                + "{}]}")
+    with open(out["dense"], "wb") as f:
+        f.write(head + b', "padding": [' + b"{}," * (MAX_RESULTS_VALUES // 2) + b"{}]}")
     out["wide"] = d / "wide.json"
-    with open(out["wide"], "w", encoding="utf-8") as f:
-        f.write(text[:text.rindex("}")] + ', "padding": "\U0001f600'
-                + "x" * (MAX_RESULTS_BYTES // 4) + '"}')
+    with open(out["wide"], "wb") as f:
+        f.write(head + ', "padding": "\U0001f600'.encode())
+        mib, rest = divmod(MAX_RESULTS_BYTES // 4, 1 << 20)
+        for _ in range(mib):
+            f.write(b"x" * (1 << 20))
+        f.write(b"x" * rest + b'"}')
     return out
 
 
