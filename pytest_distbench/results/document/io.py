@@ -79,7 +79,7 @@ def write_document(doc: dict[str, Any], path: str | os.PathLike[str], *, overwri
     # --distbench-append would fail on it later, and the file it would replace stays.
     problem = parse_problem(data, MAX_RESULTS_VALUES, MAX_RESULTS_BYTES, "a results file")
     if problem:
-        raise ResultsFileError(path, f"not written: the results {problem}{_largest(doc)}")
+        raise ResultsFileError(path, f"not written: the document {problem}{_largest(doc)}")
     try:
         write_output(path, data, overwrite=overwrite)
     except FileExistsError:
@@ -98,7 +98,8 @@ def _largest(doc: dict[str, Any]) -> str:
         return ""
     shown = ", ".join(f"{name} ({count:,} samples at {ranks} ranks)"
                       for count, name, ranks in sizes[:3])
-    return (f"; the longest sample lists of its {len(sizes)} benchmarks: {shown}. Fewer points "
+    count = f"{len(sizes)} benchmark{'' if len(sizes) == 1 else 's'}"
+    return (f"; the longest sample lists of its {count}: {shown}. Fewer points "
             "per session (-k) or a shorter --distbench-duration or --distbench-budget keep a "
             "file within it")
 
