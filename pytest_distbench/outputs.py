@@ -424,7 +424,7 @@ def _why(exc: BaseException, path: Path) -> str:
     from .results.document import ResultsFileError
 
     if isinstance(exc, ResultsFileError) and Path(exc.path) == Path(path):
-        return f"{exc.field}: {exc.message}" if exc.field else exc.message
+        return exc.reason
     return str(exc)
 
 

@@ -52,8 +52,9 @@ class ResultsFileError(Exception):
         self.path = os.fspath(path)
         self.field = field
         self.message = message
-        where = f"{self.path}: {field}" if field else self.path
-        super().__init__(f"{where}: {message}")
+        # What is wrong, for a line that names the file itself.
+        self.reason = f"{field}: {message}" if field else message
+        super().__init__(f"{self.path}: {self.reason}")
 
 
 class ResultsFileExistsError(ResultsFileError):
