@@ -315,3 +315,22 @@ def test_a_digest_line_of_many_rows_spans_the_fastest_and_the_slowest():
     said = " ".join(" ".join(family_lines(rows)).split())
     assert "fastest transport=tensorpipe-cuda_ipc:" in said, said
     assert "slowest transport=tensorpipe-shm:" in said and "... 3 more" in said, said
+
+
+def test_a_digest_line_of_rates_calls_the_highest_rate_the_fastest():
+    """The main job printed 'fastest credits=1: 529 msgs/s; slowest credits=10: 1,646 msgs/s':
+    ordered by the p50 time of an iteration, which carries more messages at more credits."""
+    from results_data import benchmark_record
+
+    from pytest_distbench.results.rendering.digest import family_lines
+
+    rows = []
+    for credits, seconds, rate in ((1, 0.0019, 529.0), (4, 0.0031, 1290.0),
+                                   (10, 0.0061, 1646.0), (2, 0.0024, 833.0)):
+        r = benchmark_record(1 << 20, [seconds] * 7)
+        rows.append(dict(r, family="message_rate", params={"credits": credits},
+                         name=f"test_rate[gloo-ws2-1MiB-{credits}]", headline_statistic="mean",
+                         figures={"msgs_per_s": rate, "rate_ci_pct": 5.0}))
+    said = " ".join(" ".join(family_lines(rows)).split())
+    assert "fastest credits=10: 1,646 msgs/s" in said, said
+    assert "slowest credits=1: 529 msgs/s" in said and "... 2 more" in said, said

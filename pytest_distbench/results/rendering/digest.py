@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import registry, units
+from ..document import session_intervals
 from ..document.record import Record
 from . import names, table
 from .fit import wrap
@@ -52,8 +53,10 @@ def _figures(point: list[dict[str, Any]]) -> str:
     """The point's figures, each row's named by what tells it from the others (its test,
     parameters or measurement name, as a table names it); rows with the same figures
     (agent/observer's two metrics) once; two rows at most, then how many more: of more than
-    two, the fastest and the slowest (their p50 time per iteration), so the line spans what
-    the table holds instead of showing whichever came first."""
+    two, the fastest and the slowest (by the figure the line prints: a rate's highest first,
+    a time's lowest: a message-rate iteration of 10 credits takes longer than one of 1, yet
+    moves more messages a second), so the line spans what the table holds
+    instead of showing whichever came first."""
     texts = [" ".join(headline([r]).split()) for r in point]
     if len(set(texts)) == 1:  # one figure for every row
         return texts[0] or "no headline figure"
@@ -62,6 +65,14 @@ def _figures(point: list[dict[str, Any]]) -> str:
                                                                strict=True) if text]
     if len(shown) <= 2:
         return "; ".join(text for _, text in shown) or "no headline figure"
-    ordered = sorted(shown, key=lambda rt: (rt[0].get("summary") or {}).get("p50", math.inf))
+    ordered = sorted(shown, key=lambda rt: _slowness(rt[0]))
     return (f"fastest {ordered[0][1]}; slowest {ordered[-1][1]}; "
             f"... {len(shown) - 2} more")
+
+
+def _slowness(record: Record) -> float:
+    """What orders rows from fastest to slowest: the headline figure, a rate negated."""
+    value = session_intervals.headline(record)
+    if value is None:
+        return math.inf
+    return -value if session_intervals.is_rate(record) else value
